@@ -1,0 +1,226 @@
+"""Typed program expressions and statements as C text.
+
+Semantics match the reference interpreter (``polytc.lang.reference``): integers wrap in
+their declared width (results of narrow types are cast back; gcc runs with ``-fwrapv``),
+``/`` and ``%`` on integers truncate as in C and are checked for division by zero,
+``min``/``max`` are ``a < b ? a : b``, reads whose subscripts isl could not prove in
+bounds are checked at run time.  A failed check records its site number in ``err`` and
+the runtime raises a ``KernelRuntimeError`` quoting the site's source.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..diagnostics import UnsupportedError
+from ..lang import program as P
+from ..lang.types import BOOL, FLOAT64, ScalarType
+
+INT_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+PRELUDE = r"""
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#define PT_MIN(a, b) ({ __typeof__(a) _a = (a); __typeof__(b) _b = (b); _a < _b ? _a : _b; })
+#define PT_MAX(a, b) ({ __typeof__(a) _a = (a); __typeof__(b) _b = (b); _a > _b ? _a : _b; })
+static inline long pt_chk(long i, long n, int site, int *err) {
+  if (__builtin_expect(i < 0 || i >= n, 0)) { __atomic_store_n(err, site, __ATOMIC_RELAXED); return 0; }
+  return i;
+}
+"""
+
+_DIV = r"""
+static inline {t} pt_div_{n}({t} a, {t} b, int site, int *err) {{
+  if (__builtin_expect(b == 0, 0)) {{ __atomic_store_n(err, site, __ATOMIC_RELAXED); return 0; }}
+  {ovf}return a / b;
+}}
+static inline {t} pt_rem_{n}({t} a, {t} b, int site, int *err) {{
+  if (__builtin_expect(b == 0, 0)) {{ __atomic_store_n(err, site, __ATOMIC_RELAXED); return 0; }}
+  {rovf}return a % b;
+}}
+"""
+
+
+def div_helpers() -> str:
+    out = []
+    for n in INT_TYPES:
+        t = f"{n}_t"
+        if n.startswith("u"):
+            ovf = rovf = ""
+        else:
+            ovf = f"if (b == -1) return ({t})(0 - (uint64_t)a);\n  "
+            rovf = "if (b == -1) return 0;\n  "
+        out.append(_DIV.format(t=t, n=n, ovf=ovf, rovf=rovf))
+    return "".join(out)
+
+
+_FUNCS = {  # builtin -> C name for float (f suffix added) / double
+    "acos": "acos", "acosh": "acosh", "asin": "asin", "asinh": "asinh", "atan": "atan",
+    "atan2": "atan2", "atanh": "atanh", "cbrt": "cbrt", "ceil": "ceil", "copysign": "copysign",
+    "cos": "cos", "cosh": "cosh", "erf": "erf", "erfc": "erfc", "exp": "exp", "exp2": "exp2",
+    "exp10": "exp10", "expm1": "expm1", "fabs": "fabs", "fdim": "fdim", "floor": "floor",
+    "fma": "fma", "fmax": "fmax", "fmin": "fmin", "fmod": "fmod", "hypot": "hypot",
+    "lgamma": "lgamma", "log": "log", "log10": "log10", "log1p": "log1p", "log2": "log2",
+    "logb": "logb", "nextafter": "nextafter", "pow": "pow", "remainder": "remainder",
+    "round": "round", "sin": "sin", "sinh": "sinh", "sqrt": "sqrt", "tan": "tan",
+    "tanh": "tanh", "tgamma": "tgamma", "trunc": "trunc",
+}
+_DOUBLE_ONLY = {"j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1"}
+
+
+def c_type(t: ScalarType) -> str:
+    return t.c_name
+
+
+def literal(value, t: ScalarType) -> str:
+    if t.is_float:
+        v = float(value)
+        if math.isnan(v):
+            return "NAN" if t == FLOAT64 else "((float)NAN)"
+        if math.isinf(v):
+            s = "INFINITY" if v > 0 else "(-INFINITY)"
+            return s if t != FLOAT64 else f"((double){s})"
+        if t == FLOAT64:
+            return repr(v)
+        return repr(float(np.float32(v))) + "f"
+    v = int(value)
+    if t == BOOL:
+        return "1" if v else "0"
+    if t.name == "int64":
+        return f"({v + 1}LL - 1)" if v == -(1 << 63) else f"{v}LL"
+    if t.name == "uint64":
+        return f"{v}ULL"
+    if t.name == "int32" and v == -(1 << 31):
+        return "(-2147483647 - 1)"
+    return f"(({t.c_name}){v})" if t.bits < 32 else (f"{v}U" if t.kind == "uint" else str(v))
+
+
+class ExprPrinter:
+    """Prints one statement's expressions.  ``vars`` maps index names to C expressions
+    (loop iterators of the isl AST); ``sites`` collects (site id, Span, what) of every
+    run-time check."""
+
+    def __init__(self, shapes: dict, env: dict, vars: dict, guarded: frozenset, sites: list):
+        self.shapes, self.env, self.vars = shapes, env, vars
+        self.guarded, self.sites = guarded, sites
+
+    def site(self, span, what) -> int:
+        self.sites.append((span, what))
+        return len(self.sites)
+
+    def element(self, tensor: str, subs, checked=False, span=None) -> str:
+        """``tensor[linear index]`` from subscript C expressions (row-major)."""
+        shape = self.shapes[tensor]
+        if not shape:
+            return f"{tensor}[0]"
+        lin = None
+        for d, (s, n) in enumerate(zip(subs, shape)):
+            if checked:
+                s = f"pt_chk({s}, {n}L, {self.site(span, f'index {d} of {tensor}')}, &err)"
+            lin = s if lin is None else f"({lin}) * {n}L + ({s})"
+        return f"{tensor}[{lin}]"
+
+    def sub(self, e) -> str:
+        return f"(long)({self.expr(e, subscript=True)})"
+
+    def expr(self, e, subscript=False) -> str:
+        if isinstance(e, P.Const):
+            return literal(e.value, e.dtype)
+        if isinstance(e, P.Index):
+            v = self.vars[e.name]
+            return f"({v})" if subscript else f"((int32_t)({v}))"
+        if isinstance(e, P.Size):
+            return str(self.env[e.name])
+        if isinstance(e, P.Read):
+            subs = [self.sub(s) for s in e.indices]
+            return self.element(e.tensor, subs, id(e) in self.guarded, e.span)
+        if isinstance(e, P.Convert):
+            inner = self.expr(e.value, subscript)
+            if e.dtype == BOOL:
+                return f"((unsigned char)(({inner}) != 0))"
+            return f"(({e.dtype.c_name})({inner}))"
+        if isinstance(e, P.Neg):
+            return self._wrap(f"(-{self.expr(e.value, subscript)})", e.dtype)
+        if isinstance(e, P.Not):
+            return f"(!{self.expr(e.value)})"
+        if isinstance(e, P.Select):
+            return (f"({self.expr(e.cond)} ? {self.expr(e.then, subscript)} : "
+                    f"{self.expr(e.other, subscript)})")
+        if isinstance(e, P.Bin):
+            return self.binary(e, subscript)
+        if isinstance(e, P.Apply):
+            return self.apply(e)
+        raise TypeError(type(e).__name__)
+
+    def _wrap(self, text: str, t: ScalarType) -> str:
+        if t.is_integral and t.bits < 32:
+            return f"(({t.c_name}){text})"
+        return text
+
+    def binary(self, e: P.Bin, subscript) -> str:
+        a, b = self.expr(e.lhs, subscript), self.expr(e.rhs, subscript)
+        t = e.lhs.dtype
+        if e.op in ("/", "%") and not t.is_float:
+            d = e.rhs.value if isinstance(e.rhs, P.Const) else \
+                self.env[e.rhs.name] if isinstance(e.rhs, P.Size) else 0
+            if d > 0:  # a positive constant divisor needs no check
+                return self._wrap(f"({a} {e.op} {b})", t)
+            kind = "div" if e.op == "/" else "rem"
+            site = self.site(e.span, "integer division by zero")
+            return f"pt_{kind}_{t.name}({a}, {b}, {site}, &err)"
+        if e.op == "%":
+            return f"fmod{'f' if t != FLOAT64 else ''}({a}, {b})"
+        return self._wrap(f"({a} {e.op} {b})", e.dtype)
+
+    def apply(self, e: P.Apply) -> str:
+        args = [self.expr(a) for a in e.args]
+        f, t = e.func, e.dtype
+        if f == "min":
+            return f"PT_MIN({args[0]}, {args[1]})"
+        if f == "max":
+            return f"PT_MAX({args[0]}, {args[1]})"
+        suf = "" if t == FLOAT64 else "f"
+        one = "1.0" if t == FLOAT64 else "1.0f"
+        if f in _FUNCS:
+            return f"{_FUNCS[f]}{suf}({', '.join(args)})"
+        if f in _DOUBLE_ONLY:
+            return f"(({t.c_name}){_DOUBLE_ONLY[f]}((double)({args[0]})))"
+        special = {
+            "rsqrt": lambda a: f"({one} / sqrt{suf}({a[0]}))",
+            "rcbrt": lambda a: f"({one} / cbrt{suf}({a[0]}))",
+            "rhypot": lambda a: f"({one} / hypot{suf}({a[0]}, {a[1]}))",
+            "fdivide": lambda a: f"({a[0]} / {a[1]})",
+            "cospi": lambda a: f"cos{suf}(({t.c_name})M_PI * {a[0]})",
+            "sinpi": lambda a: f"sin{suf}(({t.c_name})M_PI * {a[0]})",
+            "normcdf": lambda a: f"(({t.c_name})0.5 * erfc{suf}(-{a[0]} * ({t.c_name})M_SQRT1_2))",
+            "norm3d": lambda a: f"sqrt{suf}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]})",
+            "rnorm3d": lambda a: f"({one} / sqrt{suf}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]}))",
+            "norm4d": lambda a: f"sqrt{suf}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]} + {a[3]}*{a[3]})",
+            "rnorm4d": lambda a: f"({one} / sqrt{suf}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]} + {a[3]}*{a[3]}))",
+        }
+        if f in special:
+            return special[f](args)
+        raise UnsupportedError(f"the builtin '{f}' is not supported by the C target", e.span,
+                               hint="express it with other builtins")
+
+
+def statement_code(sst, printer: ExprPrinter) -> str:
+    """The C statement of one isl statement instance (``sst`` a ``ScopStmt``)."""
+    st = sst.stmt
+    target = printer.element(st.tensor, [f"({printer.vars[v]})" for v in st.indices])
+    if sst.kind == "init":
+        return f"{target} = {literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)};"
+    rhs = printer.expr(st.rhs)
+    if st.op is None:
+        return f"{target} = {rhs};"
+    ct = st.rhs.dtype.c_name
+    if st.op in ("+", "*"):
+        if st.rhs.dtype.is_integral and st.rhs.dtype.bits < 32:
+            return f"{target} = ({ct})({target} {st.op} {rhs});"
+        return f"{target} {st.op}= {rhs};"
+    cmp = "<" if st.op == "min" else ">"
+    return f"{{ {ct} _v = {rhs}; if (_v {cmp} {target}) {target} = _v; }}"

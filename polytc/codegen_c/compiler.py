@@ -1,0 +1,265 @@
+"""The C compiler driver: generated C source in, a loadable shared object out.
+
+Builds go through the on-disk :class:`~polytc.runtime.cache.DiskCache`; the key covers
+the source, the flags, the compiler's identity and (with ``-march=native``) the host's
+target features, so a cache shared between machines never serves a foreign binary.
+The compiler is ``POLYTC_CC`` (default ``gcc``), extra flags come from ``POLYTC_CFLAGS``.
+Flags keep IEEE semantics: no ``-ffast-math``.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shlex
+import subprocess
+import tempfile
+import threading
+import time
+
+import filelock
+
+from .. import config
+from ..diagnostics import CompilationError, InternalError
+from ..runtime.cache import DiskCache, cache_key
+
+__all__ = ["compiler_identity", "default_flags", "build_shared_object", "load_library"]
+
+BUILD_TIMEOUT_S = 120
+PROBE_TIMEOUT_S = 60
+MAX_DIAGNOSTIC_LINES = 40
+
+_BASE_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-fwrapv",
+               "-std=gnu11"]
+_LIBS = ["-lm"]
+
+_BUG_HINT = ("this is a polytc bug: generated C did not compile; "
+             "report it with POLYTC_DEBUG=2 output")
+
+
+_memo: dict = {}
+_memo_lock = threading.RLock()
+
+_OPENMP_PROBE = """\
+#include <omp.h>
+int polytc_probe(int n) {
+    int s = 0;
+    #pragma omp parallel for reduction(+:s)
+    for (int i = 0; i < n; ++i) s += i;
+    return s + omp_get_max_threads();
+}
+"""
+_PLAIN_PROBE = "int polytc_probe(int n) { return n + 1; }\n"
+
+
+def _cc() -> list[str]:
+    cc = shlex.split(config.c_compiler())
+    if not cc:
+        raise CompilationError("POLYTC_CC is set but empty",
+                               hint="install gcc or set POLYTC_CC to a C compiler")
+    return cc
+
+
+def _run_quiet(cmd: list[str], cwd: str | None = None,
+               timeout: float = PROBE_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run a compiler query (not a build); a missing compiler is a clear error."""
+    try:
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
+                              errors="replace", timeout=timeout)
+    except FileNotFoundError:
+        raise CompilationError(
+            f"C compiler {cmd[0]!r} not found",
+            hint="install gcc or set POLYTC_CC to a C compiler") from None
+    except PermissionError:
+        raise CompilationError(
+            f"C compiler {cmd[0]!r} cannot be executed",
+            hint="install gcc or set POLYTC_CC to a C compiler") from None
+    except subprocess.TimeoutExpired:
+        raise CompilationError(
+            f"C compiler query {' '.join(cmd)!r} timed out after {timeout:.0f} s",
+            hint="check that POLYTC_CC names a working C compiler") from None
+
+
+def _run_compiler(cmd: list[str], cwd: str,
+                  timeout: float = BUILD_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run one build.  Tests patch this to count builds."""
+    try:
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
+                              errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CompilationError(
+            f"C compiler timed out after {timeout:.0f} s on generated code",
+            hint=_BUG_HINT) from None
+    except (FileNotFoundError, PermissionError):
+        raise CompilationError(
+            f"C compiler {cmd[0]!r} not found or not executable",
+            hint="install gcc or set POLYTC_CC to a C compiler") from None
+
+
+def compiler_identity() -> str:
+    """First line of ``<cc> --version`` and ``<cc> -dumpmachine``; memoised per compiler."""
+    cc = _cc()
+    memo_key = ("identity", tuple(cc))
+    with _memo_lock:
+        if memo_key in _memo:
+            return _memo[memo_key]
+        version = _run_quiet(cc + ["--version"])
+        if version.returncode != 0:
+            raise CompilationError(
+                f"C compiler {' '.join(cc)!r} failed on --version: "
+                f"{(version.stderr or version.stdout).strip()[:500]}",
+                hint="install gcc or set POLYTC_CC to a C compiler")
+        lines = (version.stdout or version.stderr).strip().splitlines()
+        first = lines[0].strip() if lines else "unknown"
+        machine = _run_quiet(cc + ["-dumpmachine"])
+        target = machine.stdout.strip() if machine.returncode == 0 else "unknown"
+        ident = f"{first} [{target}]"
+        _memo[memo_key] = ident
+        config.log(1, f"C compiler: {' '.join(cc)}: {ident}")
+        return ident
+
+
+def _probe_compiles(cc: list[str], flags: list[str], source: str) -> tuple[bool, str]:
+    with tempfile.TemporaryDirectory(prefix="polytc-probe-") as d:
+        with open(os.path.join(d, "probe.c"), "w") as f:
+            f.write(source)
+        r = _run_quiet(cc + ["probe.c", "-o", "probe.so"] + flags, cwd=d)
+        return r.returncode == 0, (r.stderr or r.stdout).strip()
+
+
+def default_flags() -> list[str]:
+    """The build flags: ``-O3 -march=native -fPIC -shared -fopenmp -fwrapv -std=gnu11``,
+    then ``POLYTC_CFLAGS``, then ``-lm``.  ``-fopenmp`` (and ``-march=native``) are dropped,
+    with a log line, if a test compile shows the compiler does not support them."""
+    cc = _cc()
+    extra = config.extra_cflags()
+    memo_key = ("flags", tuple(cc), tuple(extra))
+    with _memo_lock:
+        if memo_key in _memo:
+            return list(_memo[memo_key])
+        compiler_identity()  # a missing compiler is reported as such
+        base = list(_BASE_FLAGS)
+        ok, err = _probe_compiles(cc, base + extra + _LIBS, _OPENMP_PROBE)
+        if not ok:
+            config.log(1, f"OpenMP test compile failed, building without -fopenmp: {err}")
+            base.remove("-fopenmp")
+            ok, err = _probe_compiles(cc, base + extra + _LIBS, _PLAIN_PROBE)
+            if not ok:
+                config.log(1, f"test compile failed, building without -march=native: {err}")
+                base.remove("-march=native")
+        flags = base + extra + _LIBS
+        _memo[memo_key] = tuple(flags)
+        config.log(1, f"C flags: {' '.join(flags)}")
+        return list(flags)
+
+
+def _native_target(flags: list[str]) -> str:
+    """What ``-march=native`` means on this host (a digest of the enabled target options),
+    so binaries built for one CPU are not served to another from a shared cache."""
+    if not any(f.startswith("-march=native") or f.startswith("-mcpu=native")
+               or f.startswith("-mtune=native") for f in flags):
+        return ""
+    cc = _cc()
+    memo_key = ("native", tuple(cc))
+    with _memo_lock:
+        if memo_key not in _memo:
+            r = _run_quiet(cc + ["-march=native", "-Q", "--help=target"])
+            text = r.stdout if r.returncode == 0 and r.stdout.strip() else ""
+            if not text:  # e.g. clang: fall back to the CPU description
+                try:
+                    with open("/proc/cpuinfo", "rb") as f:
+                        text = f.read().decode(errors="replace")
+                    text = "\n".join(l for l in text.splitlines()
+                                     if l.startswith(("model name", "flags", "Features",
+                                                      "CPU part", "CPU implementer")))
+                except OSError:
+                    text = os.uname().machine
+            _memo[memo_key] = hashlib.sha256(text.encode()).hexdigest()
+        return _memo[memo_key]
+
+
+def _diagnostics(r: subprocess.CompletedProcess) -> str:
+    text = "\n".join(s for s in (r.stderr.strip(), r.stdout.strip()) if s)
+    lines = text.splitlines()
+    head = "\n".join(lines[:MAX_DIAGNOSTIC_LINES])
+    if len(lines) > MAX_DIAGNOSTIC_LINES:
+        head += f"\n... ({len(lines) - MAX_DIAGNOSTIC_LINES} more lines)"
+    return head or "(no diagnostics)"
+
+
+def _build(c_source: str, cc: list[str], flags: list[str]) -> tuple[bytes, dict]:
+    config.log(2, "C source:\n" + c_source)
+    with tempfile.TemporaryDirectory(prefix="polytc-build-") as d:
+        with open(os.path.join(d, "kernel.c"), "w", encoding="utf-8") as f:
+            f.write(c_source)
+        cmd = cc + ["kernel.c", "-o", "kernel.so"] + flags
+        t0 = time.perf_counter()
+        r = _run_compiler(cmd, cwd=d, timeout=BUILD_TIMEOUT_S)
+        seconds = time.perf_counter() - t0
+        if r.returncode != 0:
+            raise CompilationError(
+                f"C compiler failed on generated code (exit {r.returncode}; "
+                f"command: {' '.join(cmd)}):\n{_diagnostics(r)}",
+                hint=_BUG_HINT)
+        try:
+            with open(os.path.join(d, "kernel.so"), "rb") as f:
+                so = f.read()
+        except OSError as e:
+            raise CompilationError(f"C compiler produced no kernel.so ({e})",
+                                   hint=_BUG_HINT) from None
+        config.log(1, f"compiled C kernel in {seconds:.2f} s")
+        return so, {"command": cmd, "build_seconds": round(seconds, 3)}
+
+
+def build_shared_object(c_source: str, key_parts: dict | None = None) -> str:
+    """Path of a loadable ``.so`` compiled from ``c_source``, from the cache if possible.
+
+    ``key_parts`` are extra JSON values that distinguish the artifact (e.g. the kernel's
+    entry-point name); concurrent processes building the same key build it once."""
+    key_parts = dict(key_parts or {})
+    reserved = {"kind", "source", "flags", "cc", "target"} & key_parts.keys()
+    if reserved:
+        raise InternalError(f"key_parts may not use reserved names {sorted(reserved)}",
+                            hint="this is a polytc bug")
+    cc = _cc()
+    flags = default_flags()
+    ident = compiler_identity()
+    key = cache_key(kind="c-so", source=c_source, flags=flags, cc=ident,
+                    target=_native_target(flags), **key_parts)
+    cache = DiskCache()
+    entry = cache.get(key)
+    if entry is None:
+        lock = cache.lock(key)
+        try:
+            lock.acquire()
+            locked = True
+        except filelock.Timeout:
+            config.log(1, f"timed out waiting for the build lock of {key[:16]}; "
+                          "building anyway")
+            locked = False
+        try:
+            entry = cache.get(key)
+            if entry is None:
+                so, info = _build(c_source, cc, flags)
+                meta = {"kind": "c-so", "flags": flags, "cc": ident, **info}
+                entry = cache.put(key, {"kernel.c": c_source.encode("utf-8"),
+                                        "kernel.so": so}, meta)
+            else:
+                config.log(1, f"C kernel {key[:16]} was built by another process")
+        finally:
+            if locked:
+                lock.release()
+    else:
+        config.log(1, f"C kernel {key[:16]} found in cache")
+    return os.path.join(entry["dir"], "kernel.so")
+
+
+def load_library(path: str) -> ctypes.CDLL:
+    """``ctypes.CDLL(path)`` with ``RTLD_LOCAL``; a failure is a :class:`CompilationError`."""
+    try:
+        return ctypes.CDLL(os.fspath(path), mode=os.RTLD_LOCAL)
+    except OSError as e:
+        raise CompilationError(
+            f"could not load compiled kernel {path}: {e}",
+            hint="remove the polytc cache directory and retry; if it persists, report it "
+                 "with POLYTC_DEBUG=2 output") from None

@@ -1,0 +1,58 @@
+"""Every environment setting polytc reads, in one place.
+
+=====================  ===========================================================
+``POLYTC_CACHE_DIR``    on-disk kernel cache (default: the user cache dir, platformdirs)
+``POLYTC_NO_DISK_CACHE`` ``1`` disables the on-disk cache (the in-memory one stays)
+``POLYTC_DEBUG``        0 quiet; 1 log passes and timings; 2 also dump every stage to
+                        stderr; 3 also let internal exceptions through with tracebacks
+``POLYTC_CC``           the C compiler (default ``gcc``)
+``POLYTC_CFLAGS``       extra flags appended to the C compiler's command line
+``POLYTC_NUM_THREADS``  OpenMP threads for kernels (default: ``OMP_NUM_THREADS`` or all)
+=====================  ===========================================================
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def cache_dir() -> str:
+    d = os.environ.get("POLYTC_CACHE_DIR")
+    if d:
+        return d
+    import platformdirs
+
+    return platformdirs.user_cache_dir("polytc")
+
+
+def disk_cache_enabled() -> bool:
+    return os.environ.get("POLYTC_NO_DISK_CACHE", "0") not in ("1", "true", "yes")
+
+
+def debug_level() -> int:
+    try:
+        return int(os.environ.get("POLYTC_DEBUG", "0"))
+    except ValueError:
+        return 0
+
+
+def c_compiler() -> str:
+    return os.environ.get("POLYTC_CC", "gcc")
+
+
+def extra_cflags() -> list[str]:
+    return os.environ.get("POLYTC_CFLAGS", "").split()
+
+
+def num_threads() -> int | None:
+    v = os.environ.get("POLYTC_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    try:
+        return int(v) if v else None
+    except ValueError:
+        return None
+
+
+def log(level: int, msg: str) -> None:
+    """Print ``msg`` to stderr when ``POLYTC_DEBUG >= level``."""
+    if debug_level() >= level:
+        print(f"[polytc] {msg}", file=sys.stderr)

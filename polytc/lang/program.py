@@ -1,0 +1,241 @@
+"""The checked program: what semantic analysis hands to the oracle and to ``poly``.
+
+Typed expressions (every node has ``dtype`` and ``span``):
+
+``Const(value, dtype)``           a literal, already converted to its type
+``Index(name)``                   an index variable (int32 in the language, int64 in C)
+``Size(name)``                    a size used as a value (``/ K``)
+``Read(tensor, indices, dtype)``  a tensor element; ``indices`` are typed integer exprs,
+                                  ``()`` for a 0-d tensor
+``Apply(func, args, dtype)``      builtin math function, ``min`` or ``max``
+``Convert(value, dtype)``         an explicit cast, or an implicit one inserted by sema
+``Neg(value)`` / ``Not(value)``   unary minus, logical not
+``Bin(op, lhs, rhs, dtype)``      ``+ - * / %`` arithmetic (operands already converted to
+                                  ``dtype``); ``== != < > <= >=`` comparisons (operands
+                                  converted to a common type, result bool); ``&& ||``
+``Select(cond, then, other)``     ``cond ? then : other``
+
+``let`` clauses are substituted into the expressions that use them; ``exists`` clauses
+only feed range inference and are gone here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from ..diagnostics import Source, Span
+from . import sizes as S
+from .types import BOOL, INDEX, ScalarType
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Union[int, float, bool]
+    dtype: ScalarType
+    span: Span = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    span: Span = field(repr=False, default=None)
+    dtype: ScalarType = INDEX
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    span: Span = field(repr=False, default=None)
+    dtype: ScalarType = INDEX
+
+
+@dataclass(frozen=True)
+class Read:
+    tensor: str
+    indices: tuple
+    dtype: ScalarType
+    span: Span = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class Apply:
+    func: str
+    args: tuple
+    dtype: ScalarType
+    span: Span = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class Convert:
+    value: "TExpr"
+    dtype: ScalarType
+    span: Span = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class Neg:
+    value: "TExpr"
+    span: Span = field(repr=False, default=None)
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+
+@dataclass(frozen=True)
+class Not:
+    value: "TExpr"
+    span: Span = field(repr=False, default=None)
+    dtype: ScalarType = BOOL
+
+
+@dataclass(frozen=True)
+class Bin:
+    op: str
+    lhs: "TExpr"
+    rhs: "TExpr"
+    dtype: ScalarType
+    span: Span = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class Select:
+    cond: "TExpr"
+    then: "TExpr"
+    other: "TExpr"
+    span: Span = field(repr=False, default=None)
+
+    @property
+    def dtype(self):
+        return self.then.dtype
+
+
+TExpr = Union[Const, Index, Size, Read, Apply, Convert, Neg, Not, Bin, Select]
+
+ARITH_OPS = ("+", "-", "*", "/", "%")
+COMPARE_OPS = ("==", "!=", "<", ">", "<=", ">=")
+LOGIC_OPS = ("&&", "||")
+#: reduction operator -> name of its identity (see ``identity``)
+REDUCTIONS = ("+", "*", "min", "max")
+
+
+def children(e) -> tuple:
+    if isinstance(e, Read):
+        return e.indices
+    if isinstance(e, Apply):
+        return e.args
+    if isinstance(e, (Convert, Neg, Not)):
+        return (e.value,)
+    if isinstance(e, Bin):
+        return (e.lhs, e.rhs)
+    if isinstance(e, Select):
+        return (e.cond, e.then, e.other)
+    return ()
+
+
+def walk(e):
+    yield e
+    for c in children(e):
+        yield from walk(c)
+
+
+def identity(op: str, dtype: ScalarType):
+    """The identity of a reduction operator in ``dtype`` (for the ``!`` forms)."""
+    import numpy as np
+
+    if op == "+":
+        return 0
+    if op == "*":
+        return 1
+    if dtype.is_float:
+        return float("inf") if op == "min" else float("-inf")
+    if dtype.kind == "bool":
+        return 1 if op == "min" else 0
+    info = np.iinfo(dtype.np_dtype)
+    return int(info.max) if op == "min" else int(info.min)
+
+
+@dataclass(frozen=True)
+class Range:
+    var: str
+    lo: S.SizeExpr  # inclusive
+    hi: S.SizeExpr  # exclusive
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One comprehension.  ``op`` is ``None`` for ``=``, else a reduction operator; ``init``
+    is the ``!`` form (TC turns ``+=!`` without reduction indices into ``=``, and so do we).
+    ``ranges`` holds every index: the left-hand ones first, in order, then the reduction
+    indices.  A range's bounds may name sizes and earlier indices (``where j in 0:i``)."""
+
+    tensor: str
+    indices: tuple  # tuple[str, ...]
+    op: Union[str, None]
+    init: bool
+    rhs: TExpr
+    ranges: tuple  # tuple[Range, ...]
+    reduction_vars: tuple  # tuple[str, ...]
+    span: Span = field(repr=False, default=None)
+
+    @property
+    def index_vars(self) -> tuple:
+        return tuple(r.var for r in self.ranges)
+
+    def range_of(self, var: str) -> Range:
+        for r in self.ranges:
+            if r.var == var:
+                return r
+        raise KeyError(var)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: ScalarType
+    shape: tuple  # tuple[SizeExpr, ...]
+    role: str  # "input" | "output" | "temp"
+    span: Span = field(repr=False, default=None)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    inputs: tuple  # tuple[TensorInfo, ...] in parameter order
+    outputs: tuple  # tuple[TensorInfo, ...] in the order of the output list
+    temporaries: tuple  # tensors written but not returned (polytc extension)
+    sizes: tuple  # size names bound by the inputs' shapes, in order of first appearance
+    statements: tuple  # tuple[Stmt, ...]
+    source: Source = field(repr=False, compare=False, default=None)
+
+    def tensor(self, name: str) -> TensorInfo:
+        for t in self.inputs + self.outputs + self.temporaries:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    @property
+    def tensors(self) -> tuple:
+        return self.inputs + self.outputs + self.temporaries
+
+    def bind_sizes(self, shapes) -> dict:
+        """Size name -> value from the inputs' shapes (checked by the runtime first)."""
+        env = {}
+        for t, shape in zip(self.inputs, shapes):
+            for d, n in zip(t.shape, shape):
+                if isinstance(d, S.Lin) and len(d.terms) == 1 and d.const == 0 \
+                        and d.terms[0][1] == 1:
+                    env.setdefault(d.terms[0][0], int(n))
+        return env
+
+    def __str__(self) -> str:
+        from .printer import program_to_tc
+
+        return program_to_tc(self)
+
+    def _repr_markdown_(self) -> str:
+        return f"```\n{self}\n```"

@@ -1,0 +1,57 @@
+"""``Options``: the one value that decides everything after the polyhedral model.
+
+Immutable and JSON-serialisable, so it can key caches, be stored by the tuner, be shown
+and be shipped.  ``Options.replace(**changes)`` returns a new value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from .diagnostics import PolytcError
+
+FUSIONS = ("max", "preserve", "min")
+
+
+class OptionsError(PolytcError):
+    pass
+
+
+@dataclass(frozen=True)
+class Options:
+    #: isl scheduler strategy: ``max`` fuses as much as isl can, ``preserve`` fuses only
+    #: where no outer parallel loop is lost, ``min`` never fuses statements
+    fusion: str = "preserve"
+    #: OpenMP on the outermost parallel loop
+    parallel: bool = True
+    #: no parallel region below this many statement instances (OpenMP start-up costs)
+    parallel_min_points: int = 1 << 15
+    #: OpenMP threads; ``None`` takes POLYTC_NUM_THREADS / OMP_NUM_THREADS / all cores
+    num_threads: int | None = None
+    #: passes to skip by name (see ``polytc.runtime.pipeline.PASSES``)
+    disable: tuple = ()
+
+    def __post_init__(self):
+        if self.fusion not in FUSIONS:
+            raise OptionsError(f"unknown fusion strategy {self.fusion!r}",
+                               hint=f"choose one of {', '.join(FUSIONS)}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise OptionsError("num_threads must be at least 1")
+        object.__setattr__(self, "disable", tuple(self.disable))
+
+    def replace(self, **changes) -> "Options":
+        try:
+            return dataclasses.replace(self, **changes)
+        except TypeError as e:
+            raise OptionsError(str(e)) from None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Options":
+        return cls(**json.loads(text))
+
+    def key(self) -> dict:
+        return json.loads(self.to_json())

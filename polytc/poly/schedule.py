@@ -1,0 +1,114 @@
+"""Dependences from isl's flow analysis and a schedule from isl's scheduler."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .scop import Scop
+
+
+@dataclass
+class Dependences:
+    raw: isl.UnionMap  # flow: write -> read
+    war: isl.UnionMap  # anti: read -> write
+    waw: isl.UnionMap  # output: write -> write
+
+    @property
+    def validity(self) -> isl.UnionMap:
+        return self.raw.union(self.war).union(self.waw)
+
+    def __str__(self):
+        return f"RAW: {self.raw}\nWAR: {self.war}\nWAW: {self.waw}"
+
+
+def original_schedule(scop: Scop) -> isl.UnionMap:
+    """Program order: statements in sequence, each over its indices lexicographically."""
+    depth = max((len(s.vars) for s in scop.stmts), default=0)
+    out = isl.UnionMap.empty(isl.Space.params_alloc(scop.ctx, 0))
+    for pos, s in enumerate(scop.stmts):
+        xs = [f"x{n}" for n in range(len(s.vars))]
+        dims = [str(pos)] + xs + ["0"] * (depth - len(xs))
+        m = isl.Map.read_from_str(scop.ctx, f"{{ {s.name}[{', '.join(xs)}] -> [{', '.join(dims)}] }}")
+        out = out.union(isl.UnionMap.from_map(m.intersect_domain(s.domain)))
+    return out
+
+
+def dependences(scop: Scop) -> Dependences:
+    sched = original_schedule(scop)
+    raw = (isl.UnionAccessInfo.from_sink(scop.reads)
+           .set_must_source(scop.writes)
+           .set_schedule_map(sched)
+           .compute_flow().get_may_dependence())
+    flow = (isl.UnionAccessInfo.from_sink(scop.writes)
+            .set_must_source(scop.writes)
+            .set_may_source(scop.reads)
+            .set_schedule_map(sched)
+            .compute_flow())
+    waw = flow.get_must_dependence()
+    war = flow.get_may_dependence().subtract(waw)
+    return Dependences(raw.coalesce(), war.coalesce(), waw.coalesce())
+
+
+FUSION = ("max", "preserve", "min")
+
+
+def configure(ctx: isl.Context, fusion: str) -> None:
+    """isl scheduler options for a fusion strategy (see docs/scheduling.md)."""
+    ctx.set_schedule_maximize_coincidence(1)
+    ctx.set_schedule_outer_coincidence(1 if fusion == "preserve" else 0)
+    ctx.set_schedule_serialize_sccs(1 if fusion == "min" else 0)
+    ctx.set_schedule_whole_component(0)
+    ctx.set_schedule_treat_coalescing(1)
+    ctx.set_schedule_max_coefficient(16)
+
+
+def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> isl.Schedule:
+    configure(scop.ctx, fusion)
+    validity = deps.validity
+    sc = (isl.ScheduleConstraints.on_domain(scop.domain)
+          .set_validity(validity)
+          .set_proximity(deps.raw.union(deps.waw))
+          .set_coincidence(validity))
+    return sc.compute_schedule()
+
+
+def mark_parallel(schedule: isl.Schedule, min_points: int, points: int) -> isl.Schedule:
+    """Put a ``parallel`` mark above the outermost coincident loop of each band that is
+    not nested in a parallel loop already (nothing for kernels under ``min_points``)."""
+    if points < min_points:
+        return schedule
+    node = schedule.get_root()
+    node = _mark(node, inside=False)
+    return node.get_schedule()
+
+
+def _first_coincident(node) -> int | None:
+    for m in range(node.band_n_member()):
+        if node.band_member_get_coincident(m):
+            return m
+    return None
+
+
+def _mark(node, inside):
+    t = node.get_type()
+    if t == isl.schedule_node_type.band and not inside:
+        m = _first_coincident(node)
+        if m is not None:
+            if m > 0:
+                node = node.band_split(m).child(0)
+            if node.band_n_member() > 1:
+                node = node.band_split(1)
+            node = node.insert_mark(isl.Id("parallel", context=node.get_ctx()))
+            node = node.child(0)
+            inside = True
+    for i in range(node.n_children()):
+        node = _mark(node.child(i), inside).parent()
+    return node
+
+
+def schedule_tree_text(schedule: isl.Schedule) -> str:
+    """The block-YAML print of a schedule tree."""
+    ctx = schedule.get_ctx()
+    p = isl.Printer.to_str(ctx).set_yaml_style(isl.yaml_style.BLOCK)
+    return p.print_schedule(schedule).get_str()

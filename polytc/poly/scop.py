@@ -1,0 +1,187 @@
+"""The polyhedral model of a program specialised to the sizes of a call.
+
+Every comprehension becomes one or two isl statements: ``init`` (the identity of a ``!``
+reduction, over the left-hand indices) and ``body`` (over all indices).  Domains are
+``isl.Set``s with constant bounds (sizes are numbers here), accesses ``isl.Map``s.  An
+access isl cannot describe exactly (an indirect ``A(B(i))``, a product of indices, a
+division whose numerator may be negative) is a *may* access of the whole tensor, and the
+code generator guards it at run time.  Affine accesses are proven in bounds here, or the
+program is rejected with the first out-of-bounds point.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from ..diagnostics import PolytcError
+from ..lang import program as P
+from ..lang import sizes as S
+
+
+class OutOfBoundsError(PolytcError):
+    """An affine access reaches outside its tensor for some point of the domain."""
+
+
+@dataclass
+class ScopStmt:
+    name: str  # isl tuple name, e.g. "S0" or "I0" (init)
+    kind: str  # "init" | "body"
+    stmt: P.Stmt
+    index: int  # position of stmt in program.statements
+    vars: tuple  # index variable names, in isl dimension order
+    domain: isl.Set = None
+    reads: isl.UnionMap = None
+    writes: isl.UnionMap = None
+    guarded: frozenset = field(default_factory=frozenset)  # ids of Reads needing checks
+
+
+class Scop:
+    """Domains, accesses and (after ``deps``) dependences of one specialised program."""
+
+    def __init__(self, program: P.Program, env: dict, ctx: isl.Context):
+        self.program = program
+        self.env = env
+        self.ctx = ctx
+        self.shapes = {t.name: tuple(S.evaluate(d, env) for d in t.shape)
+                       for t in program.tensors}
+        self.stmts: list = []
+        for k, st in enumerate(program.statements):
+            if st.init:
+                self.stmts.append(self._make(f"I{k}", "init", st, k, st.indices))
+            self.stmts.append(self._make(f"S{k}", "body", st, k, st.index_vars))
+        self.domain = _union_set(ctx, [s.domain for s in self.stmts])
+        self.reads = _union_map(ctx, [s.reads for s in self.stmts])
+        self.writes = _union_map(ctx, [s.writes for s in self.stmts])
+
+    # --- construction ------------------------------------------------------------
+    def _make(self, name, kind, st: P.Stmt, k, vars_) -> ScopStmt:
+        s = ScopStmt(name, kind, st, k, tuple(vars_))
+        iv = {v: f"x{n}" for n, v in enumerate(vars_)}
+        cons = []
+        for r in st.ranges:
+            if r.var not in iv:
+                continue
+            lo = S.to_isl(_rename(S.substitute(r.lo, _consts(self.env)), iv))
+            hi = S.to_isl(_rename(S.substitute(r.hi, _consts(self.env)), iv))
+            cons.append(f"{lo} <= {iv[r.var]} < {hi}")
+        tup = f"{name}[{', '.join(iv.values())}]"
+        s.domain = isl.Set.read_from_str(
+            self.ctx, "{ " + tup + (" : " + " and ".join(cons) if cons else "") + " }")
+        target = f"{st.tensor}[{', '.join(iv[v] for v in st.indices)}]"
+        s.writes = self._map(tup, target, s.domain)
+        self._check_bounds(s.writes, st.tensor, st.span, "writes")
+        reads, guarded = [], set()
+        if kind == "body":
+            if st.op is not None:
+                reads.append(s.writes)
+            for e in P.walk(st.rhs):
+                if isinstance(e, P.Read):
+                    m = self._read_map(e, tup, iv, s.domain)
+                    if m is None:
+                        guarded.add(id(e))
+                        m = self._map(tup, self._whole(e.tensor), s.domain)
+                    else:
+                        self._check_bounds(m, e.tensor, e.span, "reads")
+                    reads.append(m)
+        s.reads = _union_map(self.ctx, reads)
+        s.guarded = frozenset(guarded)
+        return s
+
+    def _map(self, tup, target, domain) -> isl.UnionMap:
+        m = isl.Map.read_from_str(self.ctx, "{ " + tup + " -> " + target + " }")
+        return isl.UnionMap.from_map(m.intersect_domain(domain))
+
+    def _whole(self, tensor):
+        shape = self.shapes[tensor]
+        names = [f"a{d}" for d in range(len(shape))]
+        cons = " and ".join(f"0 <= {n} < {e}" for n, e in zip(names, shape))
+        return f"{tensor}[{', '.join(names)}]" + (f" : {cons}" if cons else "")
+
+    def _read_map(self, e: P.Read, tup, iv, domain):
+        subs = []
+        for sub in e.indices:
+            a = self.isl_aff(sub, iv, domain, tup)
+            if a is None:
+                return None
+            subs.append(a)
+        return self._map(tup, f"{e.tensor}[{', '.join(subs)}]", domain)
+
+    def isl_aff(self, e, iv, domain, tup):
+        """``e`` in isl syntax when it is (quasi-)affine and isl's floor semantics agree
+        with C's on the domain; else ``None``."""
+        if isinstance(e, P.Const) and not e.dtype.is_float:
+            return str(int(e.value))
+        if isinstance(e, P.Index):
+            return iv[e.name]
+        if isinstance(e, P.Size):
+            return str(self.env[e.name])
+        if isinstance(e, P.Convert) and not e.dtype.is_float and not e.value.dtype.is_float \
+                and e.value.dtype.kind != "bool":
+            return self.isl_aff(e.value, iv, domain, tup)
+        if isinstance(e, P.Neg):
+            a = self.isl_aff(e.value, iv, domain, tup)
+            return None if a is None else f"-({a})"
+        if isinstance(e, P.Bin) and e.op in ("+", "-", "*", "/", "%"):
+            a = self.isl_aff(e.lhs, iv, domain, tup)
+            b = self.isl_aff(e.rhs, iv, domain, tup)
+            if a is None or b is None:
+                return None
+            if e.op in ("+", "-"):
+                return f"({a}) {e.op} ({b})"
+            if e.op == "*":
+                if isinstance(e.lhs, P.Const) or isinstance(e.rhs, P.Const) or \
+                        isinstance(e.lhs, P.Size) or isinstance(e.rhs, P.Size):
+                    return f"({a}) * ({b})"
+                return None
+            if not isinstance(e.rhs, (P.Const, P.Size)) or int(b) <= 0:
+                return None
+            # C's / and % truncate: they agree with isl's floor only for a >= 0
+            neg = isl.Set.read_from_str(self.ctx, "{ " + tup + f" : {a} < 0" + " }")
+            if not neg.intersect(domain).is_empty():
+                return None
+            return f"floor(({a})/{b})" if e.op == "/" else f"({a}) mod {b}"
+        return None
+
+    def _check_bounds(self, access: isl.UnionMap, tensor, span, verb):
+        shape = self.shapes[tensor]
+        box = isl.Set.read_from_str(self.ctx, "{ " + self._whole(tensor) + " }")
+        bad = access.subtract_range(isl.UnionSet.from_set(box))
+        if bad.is_empty():
+            return
+        pt = bad.wrap().sample_point()
+        vals = [pt.get_coordinate_val(isl.dim_type.set, i).to_python()
+                for i in range(pt.get_space().dim(isl.dim_type.set))]
+        raise OutOfBoundsError(
+            f"this {'write' if verb == 'writes' else 'access'} {verb} outside '{tensor}' "
+            f"(shape {list(shape)}) at {tensor}{vals[len(vals) - len(shape):]} for sizes "
+            f"{self.env}", span,
+            hint="restrict the index ranges with 'where i in lo:hi' or fix the subscript")
+
+    # --- display -----------------------------------------------------------------
+    def __str__(self):
+        lines = ["domain:", f"  {self.domain}", "reads:", f"  {self.reads}",
+                 "writes:", f"  {self.writes}"]
+        return "\n".join(lines)
+
+
+def _consts(env):
+    return {k: S.const(v) for k, v in env.items()}
+
+
+def _rename(e, iv):
+    return S.substitute(e, {v: S.name(n) for v, n in iv.items()})
+
+
+def _union_set(ctx, sets):
+    out = isl.UnionSet.empty(isl.Space.params_alloc(ctx, 0))
+    for s in sets:
+        out = out.union(isl.UnionSet.from_set(s))
+    return out
+
+
+def _union_map(ctx, maps):
+    out = isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
+    for m in maps:
+        out = out.union(m)
+    return out

@@ -1,0 +1,92 @@
+"""Checking the arrays of a call against a program's parameters (the slow path: it runs
+once per distinct shape signature; later calls only compare the signature)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..diagnostics import ArgumentError
+from ..lang import program as P
+from ..lang import sizes as S
+
+
+def as_arrays(program: P.Program, args) -> list:
+    """The call's inputs as C-contiguous numpy arrays of the declared dtypes."""
+    ins = program.inputs
+    if len(args) != len(ins):
+        names = ", ".join(t.name for t in ins)
+        raise ArgumentError(
+            f"{program.name} takes {len(ins)} input{'s' * (len(ins) != 1)} ({names}) but "
+            f"{len(args)} {'were' if len(args) != 1 else 'was'} given")
+    out = []
+    for t, a in zip(ins, args):
+        want = t.dtype.np_dtype
+        if isinstance(a, np.ndarray):
+            if a.dtype != want:
+                raise ArgumentError(
+                    f"input '{t.name}' of {program.name} has dtype {a.dtype} but is declared "
+                    f"{t.dtype} ({want})", t.span, hint=f"pass {t.name}.astype(np.{want})")
+            arr = a
+        elif t.rank == 0 and isinstance(a, (bool, int, float, np.generic)):
+            if isinstance(a, float) and not t.dtype.is_float:
+                raise ArgumentError(f"input '{t.name}' is {t.dtype} but got the float {a!r}",
+                                    t.span)
+            try:
+                arr = np.asarray(a, dtype=want)
+            except OverflowError:
+                raise ArgumentError(f"{a!r} does not fit in {t.dtype} for '{t.name}'",
+                                    t.span) from None
+        else:
+            raise ArgumentError(
+                f"input '{t.name}' of {program.name} must be a numpy array, got "
+                f"{type(a).__name__}", t.span, hint="convert it with np.asarray(...)")
+        if arr.ndim != t.rank:
+            raise ArgumentError(
+                f"input '{t.name}' of {program.name} must have {t.rank} dimension"
+                f"{'s' * (t.rank != 1)} but has {arr.ndim} (shape {arr.shape})", t.span)
+        out.append(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
+    return out
+
+
+def bind_sizes(program: P.Program, arrays) -> dict:
+    """Size name -> value, checking that every use of a size agrees."""
+    env, where = {}, {}
+    for t, a in zip(program.inputs, arrays):
+        for d, (dim, n) in enumerate(zip(t.shape, a.shape)):
+            if S.is_const(dim):
+                if n != dim.const:
+                    raise ArgumentError(
+                        f"dimension {d} of input '{t.name}' must be {dim.const} but is {n}",
+                        t.span)
+                continue
+            name = dim.terms[0][0]
+            if name in env and env[name] != n:
+                pt, pd = where[name]
+                raise ArgumentError(
+                    f"size {name} is {env[name]} from dimension {pd} of '{pt}' but {n} from "
+                    f"dimension {d} of '{t.name}'", t.span,
+                    hint="inputs that share a size name must agree on it")
+            env[name] = int(n)
+            where[name] = (t.name, d)
+    return env
+
+
+def check_out(program: P.Program, out, shapes: list, inputs: list) -> list:
+    """The ``out=`` arrays, checked: right count, shape, dtype, contiguous, no overlap."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if len(outs) != len(program.outputs):
+        raise ArgumentError(f"out= needs {len(program.outputs)} arrays but got {len(outs)}")
+    for t, o, shape in zip(program.outputs, outs, shapes):
+        if not isinstance(o, np.ndarray):
+            raise ArgumentError(f"out= for '{t.name}' must be a numpy array", t.span)
+        if o.dtype != t.dtype.np_dtype or tuple(o.shape) != tuple(shape):
+            raise ArgumentError(
+                f"out= for '{t.name}' must be {t.dtype.np_dtype}{list(shape)} but is "
+                f"{o.dtype}{list(o.shape)}", t.span)
+        if not o.flags.c_contiguous or not o.flags.writeable:
+            raise ArgumentError(f"out= for '{t.name}' must be a writeable C-contiguous array",
+                                t.span, hint="pass np.empty(shape, dtype) or omit out=")
+        for t2, a in zip(program.inputs, inputs):
+            if np.shares_memory(o, a):
+                raise ArgumentError(f"out= for '{t.name}' overlaps the input '{t2.name}'",
+                                    t.span, hint="outputs must not alias inputs")
+    return list(outs)

@@ -1,0 +1,195 @@
+"""``Kernel`` (what ``polytc.tc`` returns) and ``CompiledKernel`` (one specialisation).
+
+A call looks up the signature (shapes and dtypes) in the kernel's in-memory table; on a
+hit it allocates the outputs and calls the loaded C function, nothing else.  On a miss
+it checks the arguments, then looks in the process-wide table and the on-disk cache
+(content-addressed: canonical program, sizes, dtypes, options, target, compiler and
+polytc's own source), and only then runs the pipeline and gcc.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import time
+
+import numpy as np
+
+from .. import config
+from ..diagnostics import KernelRuntimeError, PolytcError, user_boundary
+from ..lang import program as P
+from ..lang import sizes as S
+from ..options import Options
+from . import args as A
+from .cache import DiskCache, cache_key
+
+TARGET = "c"
+_PROCESS: dict = {}  # disk key -> CompiledKernel, shared by all Kernel objects
+
+
+class CompiledKernel:
+    """A program compiled for one set of sizes.  ``stages`` holds the text of every
+    stage: ``tc``, ``scop``, ``dependences``, ``schedule``, ``ast``, ``c``."""
+
+    def __init__(self, program, env, options, lib_path, meta, build=None):
+        self.program, self.env, self.options = program, env, options
+        self.stages: dict = meta["stages"]
+        self.sites: list = meta["sites"]
+        self.timings: dict = meta.get("timings", {})
+        self.out_shapes = [tuple(s) for s in meta["out_shapes"]]
+        self.out_dtypes = [t.dtype.np_dtype for t in program.outputs]
+        self._build = build  # the isl objects when compiled in this process
+        lib = ctypes.CDLL(lib_path, mode=ctypes.RTLD_LOCAL)
+        fn = getattr(lib, "polytc_kernel")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p] * (len(program.inputs) + len(program.outputs))
+        self._lib, self._fn = lib, fn
+
+    # --- introspection -------------------------------------------------------------
+    @property
+    def code(self) -> str:
+        return self.stages["c"]
+
+    @property
+    def schedule(self) -> str:
+        return self.stages["schedule"]
+
+    @property
+    def scop(self) -> str:
+        return self.stages["scop"]
+
+    @property
+    def dependences(self) -> str:
+        return self.stages["dependences"]
+
+    def __repr__(self):
+        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        return f"<CompiledKernel {self.program.name} [{sizes}] target=c>"
+
+    def _repr_markdown_(self) -> str:
+        return (f"**{self.program.name}** specialised to "
+                f"`{self.env}`\n\n```c\n{self.code}\n```")
+
+    # --- running -------------------------------------------------------------------
+    def run(self, inputs: list, outs: list | None = None):
+        if outs is None:
+            outs = [np.zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
+        rc = self._fn(*[a.ctypes.data for a in inputs], *[o.ctypes.data for o in outs])
+        if rc:
+            self._fail(rc)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _fail(self, rc):
+        if rc < 0 or rc > len(self.sites):
+            raise PolytcError(f"{self.program.name}: out of memory for temporaries")
+        msg = self.sites[rc - 1]
+        raise KernelRuntimeError(msg)
+
+    def benchmark(self, *args, repeat: int = 20, warmup: int = 2) -> dict:
+        """Median and minimum seconds of the C function alone and of a whole call."""
+        inputs = A.as_arrays(self.program, args)
+        outs = [np.zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
+        ptrs = [a.ctypes.data for a in inputs] + [o.ctypes.data for o in outs]
+        for _ in range(warmup):
+            self._fn(*ptrs)
+        t = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            self._fn(*ptrs)
+            t.append(time.perf_counter() - t0)
+        t.sort()
+        return {"median": t[len(t) // 2], "min": t[0]}
+
+
+class Kernel:
+    """A checked program, compiled on demand for the sizes of each call."""
+
+    def __init__(self, program: P.Program, options: Options | None = None):
+        self.program = program
+        self.options = options or Options()
+        self._table: dict = {}  # signature -> CompiledKernel
+
+    def __repr__(self):
+        return f"<polytc.Kernel {self.program.name}>"
+
+    def __str__(self):
+        return str(self.program)
+
+    def _repr_markdown_(self):
+        return self.program._repr_markdown_()
+
+    def with_options(self, options: Options | None = None, **changes) -> "Kernel":
+        """A new kernel with other options (this one is unchanged)."""
+        base = options or self.options
+        return Kernel(self.program, base.replace(**changes) if changes else base)
+
+    def __call__(self, *args, out=None):
+        sig = tuple(a.shape if isinstance(a, np.ndarray) else None for a in args)
+        ck = self._table.get(sig)
+        if ck is not None and out is None:
+            try:
+                if all(a.dtype == t for a, t in zip(args, self._dtypes)) and \
+                        all(a.flags.c_contiguous for a in args):
+                    return ck.run(list(args))
+            except AttributeError:
+                pass
+        return self._call_slow(args, out)
+
+    @user_boundary
+    def _call_slow(self, args, out):
+        inputs = A.as_arrays(self.program, args)
+        ck = self._specialize(inputs)
+        outs = None if out is None else A.check_out(self.program, out, ck.out_shapes, inputs)
+        if all(isinstance(a, np.ndarray) for a in args):
+            self._table[tuple(a.shape for a in args)] = ck
+            self._dtypes = [t.dtype.np_dtype for t in self.program.inputs]
+        return ck.run(inputs, outs)
+
+    @user_boundary
+    def specialize(self, *args) -> CompiledKernel:
+        """The compiled form for these inputs' sizes (compiling if needed)."""
+        return self._specialize(A.as_arrays(self.program, args))
+
+    def _specialize(self, inputs) -> CompiledKernel:
+        env = A.bind_sizes(self.program, inputs)
+        key = cache_key(program=str(self.program), sizes=env, options=self.options.key(),
+                        target=TARGET)
+        ck = _PROCESS.get(key)
+        if ck is None:
+            ck = _load_or_build(self.program, env, self.options, key)
+            _PROCESS[key] = ck
+        return ck
+
+
+def _load_or_build(program, env, options, key) -> CompiledKernel:
+    disk = DiskCache()
+    entry = disk.get(key)
+    if entry is None:
+        with disk.lock(key):
+            entry = disk.get(key)
+            if entry is None:
+                build, so_bytes, meta = _build(program, env, options)
+                entry = disk.put(key, {"kernel.so": so_bytes}, meta)
+                config.log(1, f"compiled {program.name} {env} in "
+                              f"{sum(meta['timings'].values()) * 1e3:.0f} ms")
+                return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so",
+                                      entry["meta"], build)
+    config.log(1, f"{program.name} {env}: loaded from the disk cache")
+    return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so", entry["meta"])
+
+
+def _build(program, env, options):
+    from ..codegen_c.compiler import build_shared_object
+    from . import pipeline
+
+    b = pipeline.run(program, env, options)
+    t0 = time.perf_counter()
+    so = build_shared_object(b.code, {"name": program.name})
+    b.timings["gcc"] = time.perf_counter() - t0
+    with open(so, "rb") as f:
+        so_bytes = f.read()
+    sites = [f"{span.location()}: {what} ({program.name}, sizes {env})\n{span.quote()}"
+             if span is not None else what for span, what in b.sites]
+    meta = {"stages": b.stages, "sites": sites, "timings": b.timings,
+            "out_shapes": [[S.evaluate(d, env) for d in t.shape] for t in program.outputs],
+            "options": json.loads(options.to_json())}
+    return b, so_bytes, meta

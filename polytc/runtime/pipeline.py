@@ -1,0 +1,131 @@
+"""The compiler after semantic analysis, as one readable list of named passes.
+
+Each pass takes and returns a ``Build`` (the state of one specialisation).  Passes are
+logged and timed at ``POLYTC_DEBUG=1``, their stage is dumped at ``POLYTC_DEBUG=2``, and
+the optional ones can be switched off with ``Options(disable=("name", ...))``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from .. import config
+from ..codegen_c.emit import CEmitter
+from ..lang import program as P
+from ..lang import sizes as S
+from ..lang.ranges import Interval, check_nonempty
+from ..options import Options
+from ..poly import schedule as sched
+from ..poly.scop import Scop
+
+FUNCTION_NAME = "polytc_kernel"
+
+
+@dataclass
+class Build:
+    program: P.Program
+    env: dict  # size name -> value
+    options: Options
+    ctx: isl.Context = None
+    scop: Scop = None
+    deps: sched.Dependences = None
+    schedule: isl.Schedule = None
+    ast: isl.AstNode = None
+    code: str = None
+    sites: list = field(default_factory=list)  # (Span, what) per run-time check
+    stages: dict = field(default_factory=dict)  # stage name -> text
+    timings: dict = field(default_factory=dict)  # pass name -> seconds
+
+
+def p_check_sizes(b: Build) -> Build:
+    check_nonempty(b.program, b.env)
+    b.stages["tc"] = str(b.program)
+    return b
+
+
+def p_scop(b: Build) -> Build:
+    b.ctx = isl.Context()
+    b.scop = Scop(b.program, b.env, b.ctx)
+    b.stages["scop"] = str(b.scop)
+    return b
+
+
+def p_dependences(b: Build) -> Build:
+    b.deps = sched.dependences(b.scop)
+    b.stages["dependences"] = str(b.deps)
+    return b
+
+
+def p_schedule(b: Build) -> Build:
+    b.schedule = sched.compute_schedule(b.scop, b.deps, b.options.fusion)
+    return b
+
+
+def p_parallel(b: Build) -> Build:
+    if b.options.parallel:
+        points = sum(_points(s, b.env) for s in b.scop.stmts)
+        b.schedule = sched.mark_parallel(b.schedule, b.options.parallel_min_points, points)
+    return b
+
+
+def p_ast(b: Build) -> Build:
+    if b.schedule is None:  # the scheduler was switched off: program order
+        b.schedule = isl.Schedule.from_domain(b.scop.domain).insert_partial_schedule(
+            isl.MultiUnionPwAff.from_union_map(sched.original_schedule(b.scop)))
+    b.stages["schedule"] = sched.schedule_tree_text(b.schedule)
+    build = isl.AstBuild.from_context(isl.Set.read_from_str(b.ctx, "{ : }"))
+    b.ast = build.node_from_schedule(b.schedule)
+    b.stages["ast"] = b.ast.to_C_str()
+    return b
+
+
+def p_codegen_c(b: Build) -> Build:
+    em = CEmitter(b.scop, b.options.num_threads or config.num_threads())
+    b.code = em.function(b.ast, FUNCTION_NAME)
+    b.sites = em.sites
+    b.stages["c"] = b.code
+    return b
+
+
+def _points(s, env) -> int:
+    """An upper bound on the number of instances of a statement (for the parallel
+    threshold): the product of its index ranges, triangular ones widened to boxes."""
+    known, n = {}, 1
+    for r in s.stmt.ranges:
+        if r.var not in s.vars:
+            continue
+        iv = Interval(known)
+        lo = S.evaluate(iv.lo(r.lo), env)
+        hi = S.evaluate(iv.hi(S.sub(r.hi, S.const(1))), env) + 1
+        known[r.var] = (S.const(lo), S.const(hi))
+        n *= max(0, hi - lo)
+    return n
+
+
+#: (name, pass, optional): the whole compiler after sema, in order
+PASSES = [
+    ("check_sizes", p_check_sizes, False),
+    ("scop", p_scop, False),
+    ("dependences", p_dependences, False),
+    ("schedule", p_schedule, True),
+    ("parallel", p_parallel, True),
+    ("ast", p_ast, False),
+    ("codegen_c", p_codegen_c, False),
+]
+
+
+def run(program: P.Program, env: dict, options: Options) -> Build:
+    b = Build(program, env, options)
+    for name, fn, optional in PASSES:
+        if optional and name in options.disable:
+            config.log(1, f"pass {name}: disabled")
+            continue
+        t0 = time.perf_counter()
+        b = fn(b)
+        b.timings[name] = time.perf_counter() - t0
+        config.log(1, f"pass {name}: {b.timings[name] * 1e3:.1f} ms")
+        if name in b.stages and config.debug_level() >= 2:
+            config.log(2, f"--- stage {name} ---\n{b.stages[name]}")
+    return b

@@ -1,0 +1,297 @@
+"""The on-disk artifact cache and the C compiler driver."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from polytc.codegen_c import compiler
+from polytc.diagnostics import CompilationError
+from polytc.runtime import cache as cache_mod
+from polytc.runtime.cache import DiskCache, cache_key, polytc_fingerprint
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("POLYTC_CACHE_DIR", str(d))
+    monkeypatch.delenv("POLYTC_NO_DISK_CACHE", raising=False)
+    return d
+
+
+@pytest.fixture
+def count_builds(monkeypatch):
+    calls = []
+    real = compiler._run_compiler
+
+    def counting(cmd, cwd, timeout=compiler.BUILD_TIMEOUT_S):
+        calls.append(cmd)
+        return real(cmd, cwd, timeout)
+
+    monkeypatch.setattr(compiler, "_run_compiler", counting)
+    return calls
+
+
+def unique_source(body: str) -> str:
+    """A C source no other test run has compiled (so the cache cannot already hold it)."""
+    return f"/* {uuid.uuid4().hex} */\n{body}"
+
+
+ADD = "int add(int a, int b) { return a + b; }\n"
+
+
+# --- keys ------------------------------------------------------------------------------
+def test_key_is_deterministic_and_order_independent():
+    k = cache_key(a=1, b=[1, 2], c={"x": 1, "y": 2})
+    assert k == cache_key(c={"y": 2, "x": 1}, b=[1, 2], a=1)
+    assert len(k) == 64 and all(ch in "0123456789abcdef" for ch in k)
+
+
+@pytest.mark.parametrize("change", [
+    dict(a=2), dict(b=[2, 1]), dict(c={"x": 1, "y": 3}), dict(d=None), dict(a="1"),
+])
+def test_key_changes_when_any_part_changes(change):
+    base = dict(a=1, b=[1, 2], c={"x": 1, "y": 2})
+    assert cache_key(**base) != cache_key(**{**base, **change})
+
+
+def test_key_depends_on_polytc_source(monkeypatch):
+    k = cache_key(source="x")
+    fp = polytc_fingerprint()
+    assert len(fp) == 64 and fp == polytc_fingerprint()
+    monkeypatch.setattr(cache_mod, "_fingerprint", "0" * 64)
+    assert cache_key(source="x") != k
+
+
+# --- the disk cache ----------------------------------------------------------------------
+def test_put_get_round_trip(tmp_path):
+    c = DiskCache(tmp_path / "c")
+    key = cache_key(test="round-trip")
+    assert c.get(key) is None
+    entry = c.put(key, {"a.bin": b"\x00\x01\x02", "b.txt": b"hello"}, {"flags": ["-O3"]})
+    assert entry["meta"] == {"flags": ["-O3"]}
+    assert entry["dir"] == str(tmp_path / "c" / key[:2] / key)
+    with open(os.path.join(entry["dir"], "a.bin"), "rb") as f:
+        assert f.read() == b"\x00\x01\x02"
+    again = DiskCache(tmp_path / "c").get(key)
+    assert again == entry
+    # a second put of the same key keeps the first entry
+    assert c.put(key, {"a.bin": b"other"}, {"flags": []}) == entry
+    # no temporary directories are left behind
+    assert sorted(os.listdir(tmp_path / "c" / key[:2])) == [key]
+
+
+def test_corrupt_meta_is_a_miss(tmp_path):
+    c = DiskCache(tmp_path / "c")
+    key = cache_key(test="corrupt-meta")
+    entry = c.put(key, {"f": b"data"}, {})
+    meta = os.path.join(entry["dir"], "meta.json")
+    with open(meta, "r+b") as f:
+        f.truncate(os.path.getsize(meta) // 2)
+    assert c.get(key) is None
+    assert not os.path.exists(entry["dir"])
+    assert c.put(key, {"f": b"data"}, {}) is not None
+
+
+def test_missing_file_is_a_miss(tmp_path):
+    c = DiskCache(tmp_path / "c")
+    key = cache_key(test="missing-file")
+    entry = c.put(key, {"f": b"data", "g": b"more"}, {})
+    os.unlink(os.path.join(entry["dir"], "g"))
+    assert c.get(key) is None
+
+
+def test_unwritable_cache_dir_falls_back(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where a directory should be")
+    c = DiskCache(blocker / "cache")
+    key = cache_key(test="unwritable")
+    assert c.get(key) is None
+    entry = c.put(key, {"f": b"data"}, {"m": 1})
+    assert entry is not None and entry["meta"] == {"m": 1}
+    assert not entry["dir"].startswith(str(blocker))
+    assert c.get(key) == entry
+    with c.lock(key):
+        pass
+
+
+def test_disabled_disk_cache_uses_private_dir(cache_dir, monkeypatch):
+    monkeypatch.setenv("POLYTC_NO_DISK_CACHE", "1")
+    c = DiskCache()
+    assert not c.root.startswith(str(cache_dir))
+    path = compiler.build_shared_object(unique_source(ADD), {})
+    assert compiler.load_library(path).add(2, 3) == 5
+    assert not cache_dir.exists()
+
+
+# --- the compiler driver ---------------------------------------------------------------
+def test_compiler_identity_and_flags():
+    ident = compiler.compiler_identity()
+    assert ident and "[" in ident
+    flags = compiler.default_flags()
+    for f in ("-O3", "-fPIC", "-shared", "-lm"):
+        assert f in flags
+    assert "-ffast-math" not in flags
+
+
+def test_missing_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("POLYTC_CC", "polytc-no-such-compiler-xyz")
+    with pytest.raises(CompilationError) as e:
+        compiler.compiler_identity()
+    assert "POLYTC_CC" in str(e.value)
+
+
+def test_build_and_call(cache_dir, count_builds):
+    src = unique_source(ADD)
+    path = compiler.build_shared_object(src, {"entry": "add"})
+    assert path.startswith(str(cache_dir)) and path.endswith("kernel.so")
+    lib = compiler.load_library(path)
+    lib.add.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.add.restype = ctypes.c_int
+    assert lib.add(40, 2) == 42
+    assert len(count_builds) == 1
+    entry = DiskCache().get(os.path.basename(os.path.dirname(path)))
+    assert entry["meta"]["flags"] == compiler.default_flags()
+    with open(os.path.join(entry["dir"], "kernel.c")) as f:
+        assert f.read() == src
+
+    # second build: served from the cache, no compiler run
+    assert compiler.build_shared_object(src, {"entry": "add"}) == path
+    assert len(count_builds) == 1
+    # different key parts: a different entry
+    assert compiler.build_shared_object(src, {"entry": "other"}) != path
+    assert len(count_builds) == 2
+
+
+def test_openmp_kernel(cache_dir):
+    src = unique_source(textwrap.dedent("""\
+        long sum(long n) {
+            long s = 0;
+            #pragma omp parallel for reduction(+:s)
+            for (long i = 0; i < n; ++i) s += i;
+            return s;
+        }
+        """))
+    lib = compiler.load_library(compiler.build_shared_object(src, {}))
+    lib.sum.argtypes = [ctypes.c_long]
+    lib.sum.restype = ctypes.c_long
+    assert lib.sum(1000) == 499500
+
+
+def test_corrupt_so_is_rebuilt(cache_dir, count_builds):
+    src = unique_source("int mul(int a, int b) { return a * b; }\n")
+    path = compiler.build_shared_object(src, {})
+    key = os.path.basename(os.path.dirname(path))
+    with open(path, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0xFF]))
+    assert DiskCache().get(key) is None
+    path2 = compiler.build_shared_object(src, {})
+    assert path2 == path
+    assert len(count_builds) == 2
+    assert DiskCache().get(key) is not None
+    assert compiler.load_library(path2).mul(6, 7) == 42
+
+
+def test_truncated_meta_is_rebuilt(cache_dir, count_builds):
+    src = unique_source(ADD)
+    path = compiler.build_shared_object(src, {})
+    meta = os.path.join(os.path.dirname(path), "meta.json")
+    with open(meta, "r+b") as f:
+        f.truncate(10)
+    assert compiler.build_shared_object(src, {}) == path
+    assert len(count_builds) == 2
+    with open(meta) as f:
+        json.load(f)
+
+
+def test_syntax_error_raises_compilation_error(cache_dir):
+    src = unique_source("int broken(int a) { return a +; }\n")
+    with pytest.raises(CompilationError) as e:
+        compiler.build_shared_object(src, {})
+    msg = str(e.value)
+    assert "expected expression" in msg
+    assert "kernel.c" in msg
+    assert "polytc bug" in msg and "POLYTC_DEBUG=2" in msg
+    # nothing was stored
+    key_dirs = [p for p in cache_dir.rglob("*") if p.is_dir() and len(p.name) == 64]
+    assert key_dirs == []
+
+
+_CHILD = textwrap.dedent("""\
+    import json, os, sys, time
+    sys.path.insert(0, {repo!r})
+    from polytc.codegen_c import compiler
+    compiler.default_flags(); compiler.compiler_identity()   # warm up before the race
+    built = []
+    real = compiler._run_compiler
+    def counting(cmd, cwd, timeout=compiler.BUILD_TIMEOUT_S):
+        built.append(1)
+        time.sleep(0.3)   # widen the race window
+        return real(cmd, cwd, timeout)
+    compiler._run_compiler = counting
+    go = {go!r}
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    path = compiler.build_shared_object(open({src!r}).read(), {{}})
+    lib = compiler.load_library(path)
+    print(json.dumps({{"built": len(built), "path": path, "result": lib.add(1, 2)}}))
+""")
+
+
+def test_concurrent_builds_compile_once(cache_dir, tmp_path):
+    src_file = tmp_path / "kernel_src.c"
+    src_file.write_text(unique_source(ADD))
+    go = tmp_path / "go"
+    script = _CHILD.format(repo=REPO, go=str(go), src=str(src_file))
+    env = dict(os.environ, POLYTC_CACHE_DIR=str(cache_dir))
+    env.pop("POLYTC_NO_DISK_CACHE", None)
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    time.sleep(0.5)
+    go.write_text("go")
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert sum(r["built"] for r in results) == 1
+    assert len({r["path"] for r in results}) == 1
+    assert all(r["result"] == 3 for r in results)
+    key = os.path.basename(os.path.dirname(results[0]["path"]))
+    assert DiskCache(cache_dir).get(key) is not None
+
+
+def test_put_race_keeps_the_winner(tmp_path, monkeypatch):
+    root = tmp_path / "c"
+    key = cache_key(test="race")
+    real_rename = os.rename
+    state = {"raced": False}
+
+    def racing_rename(src, dst):
+        if not state["raced"] and os.path.basename(dst) == key:
+            state["raced"] = True  # another process stores the entry just before us
+            monkeypatch.setattr(os, "rename", real_rename)
+            DiskCache(root).put(key, {"f": b"theirs"}, {"who": "them"})
+            monkeypatch.setattr(os, "rename", racing_rename)
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", racing_rename)
+    entry = DiskCache(root).put(key, {"f": b"ours"}, {"who": "us"})
+    assert state["raced"]
+    assert entry["meta"] == {"who": "them"}
+    with open(os.path.join(entry["dir"], "f"), "rb") as f:
+        assert f.read() == b"theirs"
+    assert sorted(os.listdir(root / key[:2])) == [key]
