@@ -91,19 +91,23 @@ def _first_coincident(node) -> int | None:
 
 
 def _mark(node, inside):
-    t = node.get_type()
-    if t == isl.schedule_node_type.band and not inside:
+    """Mark the subtree at ``node``; returns the node at the same position."""
+    depth = 0
+    if node.get_type() == isl.schedule_node_type.band and not inside:
         m = _first_coincident(node)
         if m is not None:
             if m > 0:
                 node = node.band_split(m).child(0)
+                depth += 1
             if node.band_n_member() > 1:
                 node = node.band_split(1)
-            node = node.insert_mark(isl.Id("parallel", context=node.get_ctx()))
-            node = node.child(0)
+            node = node.insert_mark(isl.Id("parallel", context=node.get_ctx())).child(0)
+            depth += 1
             inside = True
     for i in range(node.n_children()):
         node = _mark(node.child(i), inside).parent()
+    for _ in range(depth):
+        node = node.parent()
     return node
 
 

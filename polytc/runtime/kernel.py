@@ -70,7 +70,7 @@ class CompiledKernel:
                 f"`{self.env}`\n\n```c\n{self.code}\n```")
 
     # --- running -------------------------------------------------------------------
-    def run(self, inputs: list, outs: list | None = None):
+    def run(self, inputs, outs: list | None = None):
         if outs is None:
             outs = [np.zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
         rc = self._fn(*[a.ctypes.data for a in inputs], *[o.ctypes.data for o in outs])
@@ -123,15 +123,14 @@ class Kernel:
         return Kernel(self.program, base.replace(**changes) if changes else base)
 
     def __call__(self, *args, out=None):
-        sig = tuple(a.shape if isinstance(a, np.ndarray) else None for a in args)
-        ck = self._table.get(sig)
+        # the fast path: the signature (shape, strides, dtype) of contiguous arrays seen
+        # before maps straight to the loaded function; nothing else is checked or built
+        try:
+            ck = self._table.get(tuple((a.shape, a.strides, a.dtype) for a in args))
+        except AttributeError:  # not all numpy arrays (Python scalars for 0-d inputs)
+            ck = None
         if ck is not None and out is None:
-            try:
-                if all(a.dtype == t for a, t in zip(args, self._dtypes)) and \
-                        all(a.flags.c_contiguous for a in args):
-                    return ck.run(list(args))
-            except AttributeError:
-                pass
+            return ck.run(args)
         return self._call_slow(args, out)
 
     @user_boundary
@@ -139,9 +138,8 @@ class Kernel:
         inputs = A.as_arrays(self.program, args)
         ck = self._specialize(inputs)
         outs = None if out is None else A.check_out(self.program, out, ck.out_shapes, inputs)
-        if all(isinstance(a, np.ndarray) for a in args):
-            self._table[tuple(a.shape for a in args)] = ck
-            self._dtypes = [t.dtype.np_dtype for t in self.program.inputs]
+        if all(a is b for a, b in zip(args, inputs)):  # right dtypes, contiguous
+            self._table[tuple((a.shape, a.strides, a.dtype) for a in args)] = ck
         return ck.run(inputs, outs)
 
     @user_boundary
