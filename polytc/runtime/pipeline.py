@@ -122,10 +122,11 @@ def run(program: P.Program, env: dict, options: Options) -> Build:
         if optional and name in options.disable:
             config.log(1, f"pass {name}: disabled")
             continue
+        before = set(b.stages)
         t0 = time.perf_counter()
         b = fn(b)
         b.timings[name] = time.perf_counter() - t0
         config.log(1, f"pass {name}: {b.timings[name] * 1e3:.1f} ms")
-        if name in b.stages and config.debug_level() >= 2:
-            config.log(2, f"--- stage {name} ---\n{b.stages[name]}")
+        for stage in set(b.stages) - before:
+            config.log(2, f"--- stage {stage} ---\n{b.stages[stage]}")
     return b

@@ -1,0 +1,208 @@
+"""The runtime's contract: specialisation per signature, the two caches, out=, options,
+introspection, named passes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import polytc
+from polytc.runtime import kernel as K
+from polytc.runtime import pipeline
+
+MM = """
+def matmul(float(M,K) A, float(K,N) B) -> (C) {
+    C(m, n) +=! A(m, k) * B(k, n)
+}"""
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYTC_CACHE_DIR", str(tmp_path / "cache"))
+    K._PROCESS.clear()
+    yield
+    K._PROCESS.clear()
+
+
+def rand(*shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def test_second_call_touches_neither_isl_nor_gcc(monkeypatch):
+    mm = polytc.tc(MM)
+    A, B = rand(8, 5), rand(5, 7)
+    np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-5, atol=1e-5)
+
+    def boom(*a, **k):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(pipeline, "run", boom)
+    import polytc.codegen_c.compiler as compiler
+
+    monkeypatch.setattr(compiler, "build_shared_object", boom)
+    for _ in range(3):
+        np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-5, atol=1e-5)
+    # a new Kernel object for the same program shares the process table
+    np.testing.assert_allclose(polytc.tc(MM)(A, B), A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_disk_cache_serves_a_new_process_table(monkeypatch):
+    A, B = rand(6, 4), rand(4, 3)
+    polytc.tc(MM)(A, B)
+    K._PROCESS.clear()
+    monkeypatch.setattr(pipeline, "run", lambda *a, **k: pytest.fail("isl ran again"))
+    ck = polytc.tc(MM).specialize(A, B)
+    assert ck._build is None  # loaded, not built
+    assert "omp" in ck.code or "for (" in ck.code
+    np.testing.assert_allclose(ck.run([A, B]), A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_disk_cache_across_processes(tmp_path):
+    script = "\n".join([
+        "import sys, numpy as np, polytc",
+        "from polytc.runtime import pipeline",
+        f"mm = polytc.tc({MM!r})",
+        "A = np.ones((4, 3), np.float32); B = np.ones((3, 2), np.float32)",
+        "if sys.argv[1] == 'second':",
+        "    pipeline.run = None  # any compile would crash",
+        "print(mm(A, B).sum())",
+    ])
+    env = {**__import__("os").environ, "POLYTC_CACHE_DIR": str(tmp_path / "shared")}
+    for which in ("first", "second"):
+        out = subprocess.run([sys.executable, "-c", script, which], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "24.0"
+
+
+def test_corrupt_disk_entry_is_rebuilt():
+    import glob
+
+    A, B = rand(5, 5), rand(5, 5)
+    polytc.tc(MM)(A, B)
+    K._PROCESS.clear()
+    for so in glob.glob(str(__import__("os").environ["POLYTC_CACHE_DIR"]) + "/**/kernel.so",
+                        recursive=True):
+        with open(so, "r+b") as f:
+            f.seek(100)
+            f.write(b"\0garbage\0")
+    np.testing.assert_allclose(polytc.tc(MM)(A, B), A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_specialises_per_size_and_out():
+    mm = polytc.tc(MM)
+    for m, k, n in [(3, 4, 5), (17, 1, 9), (3, 4, 5)]:
+        A, B = rand(m, k), rand(k, n)
+        np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-5, atol=1e-5)
+    A, B = rand(4, 6), rand(6, 2)
+    C = np.empty((4, 2), np.float32)
+    assert mm(A, B, out=C) is C
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_accumulate_into_out():
+    acc = polytc.tc("def acc(float(N,K) A) -> (s) { s(n) += A(n, k) }")
+    A = rand(3, 4)
+    s = np.full(3, 10.0, np.float32)
+    acc(A, out=s)
+    np.testing.assert_allclose(s, 10 + A.sum(1), rtol=1e-5)
+
+
+def test_non_contiguous_inputs_are_handled():
+    mm = polytc.tc(MM)
+    A, B = rand(8, 6), rand(16, 4)
+    At, Bs = A.T, B[::2]  # transposed view, strided view
+    np.testing.assert_allclose(mm(At, Bs), At @ Bs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mm(np.ascontiguousarray(At), np.ascontiguousarray(Bs)),
+                               At @ Bs, rtol=1e-5, atol=1e-5)
+
+
+def test_scalar_inputs_and_several_outputs():
+    k = polytc.tc("""
+    def axpy(float a, float(N) x, float(N) y) -> (z, n2) {
+        z(i) = a * x(i) + y(i)
+        n2 +=! z(i) * z(i)
+    }""")
+    x, y = rand(7), rand(7, seed=1)
+    z, n2 = k(2.5, x, y)
+    np.testing.assert_allclose(z, 2.5 * x + y, rtol=1e-5)
+    assert n2.shape == ()
+    np.testing.assert_allclose(n2, np.sum((2.5 * x + y) ** 2), rtol=1e-4)
+    z2, _ = k(np.float32(2.5), x, y)
+    np.testing.assert_array_equal(z, z2)
+
+
+def test_options_are_immutable_and_change_the_code():
+    mm = polytc.tc(MM)
+    A, B = rand(300, 300), rand(300, 300)
+    serial = mm.with_options(parallel=False)
+    assert mm.options.parallel and not serial.options.parallel
+    assert "omp parallel" in mm.specialize(A, B).code
+    assert "omp parallel" not in serial.specialize(A, B).code
+    np.testing.assert_allclose(serial(A, B), A @ B, rtol=1e-4, atol=1e-4)
+    with pytest.raises(polytc.PolytcError, match="unknown fusion strategy"):
+        polytc.Options(fusion="everything")
+    assert polytc.Options.from_json(mm.options.to_json()) == mm.options
+
+
+@pytest.mark.parametrize("fusion", ["max", "preserve", "min"])
+def test_fusion_strategies_agree(fusion):
+    from tests.kernels_small import SOFTMAX, np_softmax
+
+    k = polytc.tc(SOFTMAX, options=polytc.Options(fusion=fusion))
+    X = rand(40, 33)
+    np.testing.assert_allclose(k(X), np_softmax(X), rtol=1e-5, atol=1e-6)
+
+
+def test_passes_are_named_and_can_be_switched_off():
+    names = [n for n, _, _ in pipeline.PASSES]
+    assert names[:3] == ["check_sizes", "scop", "dependences"] and "codegen_c" in names
+    mm = polytc.tc(MM, options=polytc.Options(disable=("schedule", "parallel")))
+    A, B = rand(64, 64), rand(64, 64)
+    ck = mm.specialize(A, B)
+    assert "omp parallel" not in ck.code
+    np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_introspection_stages():
+    mm = polytc.tc(MM)
+    ck = mm.specialize(rand(4, 3), rand(3, 2))
+    assert set(ck.stages) >= {"tc", "scop", "dependences", "schedule", "ast", "c"}
+    assert "C(m, n) +=! A(m, k) * B(k, n)" in ck.stages["tc"]
+    assert "S0[x0, x1, x2]" in ck.stages["scop"]
+    assert "RAW" in ck.dependences and "S0" in ck.dependences
+    assert "schedule:" in ck.schedule
+    assert "int polytc_kernel" in ck.code
+    assert str(mm).startswith("def matmul(float(M,K) A, float(K,N) B) -> (float(M,N) C)")
+    assert "matmul" in repr(ck) and "M=4" in repr(ck)
+
+
+def test_debug_logging(monkeypatch, capsys):
+    monkeypatch.setenv("POLYTC_DEBUG", "2")
+    polytc.tc(MM).specialize(rand(2, 2), rand(2, 2))
+    err = capsys.readouterr().err
+    for name in ("scop", "dependences", "schedule", "codegen_c"):
+        assert f"pass {name}:" in err
+    assert "--- stage c ---" in err
+
+
+def test_python_front_end_end_to_end():
+    @polytc.kernel
+    def matmul(A: "float(M,K)", B: "float(K,N)"):
+        C[m, n] += A[m, k] * B[k, n]  # noqa: F821 - TC names, never executed
+        return C  # noqa: F821
+
+    A, B = rand(5, 6), rand(6, 4)
+    np.testing.assert_allclose(matmul(A, B), A @ B, rtol=1e-5, atol=1e-5)
+    assert str(matmul.program) == str(polytc.tc(MM).program)
+
+
+def test_several_defs():
+    both = polytc.tc(MM + "\ndef neg(float(N) x) -> (y) { y(i) = -x(i) }")
+    assert set(both) == {"matmul", "neg"}
+    neg = polytc.tc(MM + "\ndef neg(float(N) x) -> (y) { y(i) = -x(i) }", "neg")
+    np.testing.assert_array_equal(neg(np.arange(3, dtype=np.float32)), -np.arange(3))
+    with pytest.raises(polytc.PolytcError, match="no def named 'nope'"):
+        polytc.tc(MM, "nope")
