@@ -278,7 +278,8 @@ def programs(draw, max_statements: int = 4):
         rhs = gen.expr(draw(st.integers(0, 3)))
         read_later |= gen.reads
         names = list(gen.vars)
-        lhs = draw(st.lists(st.sampled_from(names), unique=True, max_size=min(3, len(names))))
+        lhs = draw(st.lists(st.sampled_from(names), unique=True,
+                            max_size=min(3, len(names)))) if names else []
         red = [v for v in names if v not in lhs]
         count = 1
         for v in red:

@@ -206,3 +206,13 @@ def test_several_defs():
     np.testing.assert_array_equal(neg(np.arange(3, dtype=np.float32)), -np.arange(3))
     with pytest.raises(polytc.PolytcError, match="no def named 'nope'"):
         polytc.tc(MM, "nope")
+
+
+def test_scheduler_budget_falls_back_to_program_order(monkeypatch):
+    from polytc.poly import schedule as sched
+    from tests.kernels_small import SOFTMAX, np_softmax
+
+    monkeypatch.setattr(sched, "MAX_OPERATIONS", 1)
+    X = rand(9, 13)
+    k = polytc.tc(SOFTMAX, options=polytc.Options(fusion="max"))
+    np.testing.assert_allclose(k(X), np_softmax(X), rtol=1e-5, atol=1e-6)

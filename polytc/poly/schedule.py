@@ -63,14 +63,35 @@ def configure(ctx: isl.Context, fusion: str) -> None:
     ctx.set_schedule_max_coefficient(16)
 
 
+#: isl's budget for one scheduling problem; past it, program order is used
+MAX_OPERATIONS = 20_000_000
+
+
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> isl.Schedule:
+    """isl's schedule, or program order (always legal) if isl runs out of budget."""
     configure(scop.ctx, fusion)
     validity = deps.validity
     sc = (isl.ScheduleConstraints.on_domain(scop.domain)
           .set_validity(validity)
           .set_proximity(deps.raw.union(deps.waw))
           .set_coincidence(validity))
-    return sc.compute_schedule()
+    scop.ctx.set_max_operations(MAX_OPERATIONS)
+    scop.ctx.reset_operations()
+    try:
+        schedule = sc.compute_schedule()
+    except isl.Error as e:
+        schedule = None
+        from .. import config
+
+        config.log(1, f"isl scheduler gave up ({e}); using program order")
+    scop.ctx.set_max_operations(0)
+    return schedule if schedule is not None else program_order(scop)
+
+
+def program_order(scop: Scop) -> isl.Schedule:
+    """The original schedule as a schedule tree."""
+    return isl.Schedule.from_domain(scop.domain).insert_partial_schedule(
+        isl.MultiUnionPwAff.from_union_map(original_schedule(scop)))
 
 
 def mark_parallel(schedule: isl.Schedule, min_points: int, points: int) -> isl.Schedule:

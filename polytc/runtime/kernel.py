@@ -72,7 +72,11 @@ class CompiledKernel:
     # --- running -------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):
         if outs is None:
-            outs = [np.zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
+            try:
+                outs = [np.zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
+            except (MemoryError, ValueError) as e:
+                raise PolytcError(f"{self.program.name}: cannot allocate outputs of shapes "
+                                  f"{self.out_shapes} ({e})") from None
         rc = self._fn(*[a.ctypes.data for a in inputs], *[o.ctypes.data for o in outs])
         if rc:
             self._fail(rc)

@@ -72,8 +72,7 @@ def p_parallel(b: Build) -> Build:
 
 def p_ast(b: Build) -> Build:
     if b.schedule is None:  # the scheduler was switched off: program order
-        b.schedule = isl.Schedule.from_domain(b.scop.domain).insert_partial_schedule(
-            isl.MultiUnionPwAff.from_union_map(sched.original_schedule(b.scop)))
+        b.schedule = sched.program_order(b.scop)
     b.stages["schedule"] = sched.schedule_tree_text(b.schedule)
     build = isl.AstBuild.from_context(isl.Set.read_from_str(b.ctx, "{ : }"))
     b.ast = build.node_from_schedule(b.schedule)
