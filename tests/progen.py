@@ -292,7 +292,7 @@ def programs(draw, max_statements: int = 4):
         if red and op == "+=!":
             bound = rhs.bound * count
         elif red and op == "*=!":
-            bound = rhs.bound ** count if rhs.bound > 1 else 1.0
+            bound = rhs.bound ** min(count, 64) if rhs.bound > 1 else 1.0
         if bound > LIMIT:
             op, bound = draw(st.sampled_from(["max=!", "min=!"])), rhs.bound
         where = [f"{v.name} in 0:{v.dim.text()} - {v.offset}" for v in gen.vars.values()

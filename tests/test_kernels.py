@@ -77,7 +77,7 @@ def test_kernel(entry):
 
 # --- one Kernel object specialised to several sizes in the same process ---------------------
 MULTI_SIZE = ["matmul", "batch_matmul", "matvec", "dot", "softmax", "conv2d", "conv2d_strided",
-              "conv1d", "mlp_fmax", "mlp2", "prefix_sum", "trisolv_unit"]
+              "conv1d", "mlp_fmax", "mlp2", "prefix_sum", "trisolv_unit", "scan_recurrence"]
 
 
 @pytest.mark.parametrize("entry", params([BY_NAME[n] for n in MULTI_SIZE]))
@@ -126,3 +126,31 @@ def test_out_preallocated(entry):
     res2 = as_tuple(k(*inputs, out=tuple(outs) if len(outs) > 1 else outs[0]))
     for r, f in zip(res2, fresh):
         np.testing.assert_array_equal(r, f)
+
+
+# --- other scheduling options: maximal / minimal fusion, OpenMP forced on small loops ------------
+OPTION_VARIANTS = {
+    "fuse_max_parallel": dict(fusion="max", parallel_min_points=1, num_threads=2),
+    "fuse_min_serial": dict(fusion="min", parallel=False),
+}
+
+
+@pytest.mark.parametrize("variant", list(OPTION_VARIANTS))
+@pytest.mark.parametrize("entry", params(CATALOGUE))
+def test_kernel_options(entry, variant):
+    k = kernel(entry).with_options(**OPTION_VARIANTS[variant])
+    inputs = entry.make(rng_for(entry, 3), **entry.sizes[0])
+    check(entry, k, inputs, k(*inputs))
+
+
+def test_non_contiguous_inputs():
+    entry = BY_NAME["matmul_nt"]
+    k = kernel(entry)
+    r = rng_for(entry, 11)
+    A = np.asfortranarray(r.uniform(-1, 1, (5, 19)).astype(np.float32))
+    Bt = r.uniform(-1, 1, (19, 9)).astype(np.float32)
+    B = Bt.T  # a transposed view
+    assert not A.flags.c_contiguous and not B.flags.c_contiguous
+    check(entry, k, (A, B), k(A, B))
+    sliced = r.uniform(-1, 1, (10, 38)).astype(np.float32)[::2, ::2]
+    check(entry, k, (sliced, B[:, :19]), k(sliced, B[:, :19]))
