@@ -131,14 +131,6 @@ def last_argmin(A):
     return (n - 1 - np.argmin(A[:, ::-1], axis=1)).astype(np.int32)
 
 
-# --- known polytc bugs (entries marked xfail; they flip to XPASS, failing, once fixed) ---------
-BUG_MUL = ("polytc bug: a constant factor in a subscript (A(2*i)) makes scop.isl_aff emit "
-           "'(2) * (x0)', which isl cannot parse (InternalError)")
-BUG_SHIFT = ("polytc bug: O(i) = A(i + 1) infers i in -1:N-1 and fails at call time writing "
-             "O[-1] (OutOfBoundsError) instead of giving O(i) = A(i+1) for i in 0:N-1")
-BUG_GUARD = ("polytc limitation: a read guarded by a ternary (i < N ? A(i) : B(i - N)) is "
-             "still checked on the whole domain and rejected as out of bounds")
-
 # --- the catalogue -------------------------------------------------------------------------
 CATALOGUE: list = []
 
@@ -364,8 +356,7 @@ add("conv2d_strided",
     }""",
     lambda r, N=2, C=2, H=11, W=8, M=3, KH=3, KW=3: (f32(r, N, C, H, W), f32(r, M, C, KH, KW)),
     lambda I, W: conv2d_ref(I, W, stride=2), rtol=1e-4, atol=1e-5,
-    sizes=({}, {"H": 3, "W": 4, "KH": 3, "KW": 2}),
-    xfail=BUG_MUL)
+    sizes=({}, {"H": 3, "W": 4, "KH": 3, "KW": 2}))
 add("conv2d_strided_sum_form",  # stride 2 written h + h (works around BUG_MUL)
     """def conv2d_strided_sum_form(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {
         O(n, m, h, w) +=! I(n, c, h + h + kh, w + w + kw) * Wt(m, c, kh, kw)
@@ -399,8 +390,7 @@ add("maxpool2d",
         O(n, c, h, w) max=! I(n, c, 2*h + kh, 2*w + kw) where kh in 0:2, kw in 0:2
     }""",
     lambda r, N=2, C=3, H=7, W=10: (f32(r, N, C, H, W),),
-    lambda I: pool_ref(I, 2, 2, np.max).astype(np.float32),
-    xfail=BUG_MUL)
+    lambda I: pool_ref(I, 2, 2, np.max).astype(np.float32))
 add("avgpool2d",
     """def avgpool2d(float(N,C,H,W) I) -> (O) {
         O(n, c, h, w) +=! I(n, c, h + kh, w + kw) / 9.0 where kh in 0:3, kw in 0:3
@@ -487,8 +477,7 @@ add("upsample2",
 add("downsample2",
     "def downsample2(float(N) A) -> (O) { O(i) = A(2 * i) }",
     lambda r, N=11: (f32(r, N),),
-    lambda A: A[::2].copy(),
-    xfail=BUG_MUL)
+    lambda A: A[::2].copy())
 add("downsample2_sum_form",  # the stride written i + i (works around BUG_MUL)
     "def downsample2_sum_form(float(N) A) -> (O) { O(i) = A(i + i) }",
     lambda r, N=11: (f32(r, N),),
@@ -496,15 +485,13 @@ add("downsample2_sum_form",  # the stride written i + i (works around BUG_MUL)
 add("concat_ternary",
     "def concat_ternary(float(N) A, float(M) B) -> (O) { O(i) = i < N ? A(i) : B(i - N) where i in 0:N+M }",
     lambda r, N=5, M=7: (f32(r, N), f32(r, M)),
-    lambda A, B: np.concatenate([A, B]),
-    xfail=BUG_GUARD)
+    lambda A, B: np.concatenate([A, B]))
 add("concat2d_ternary",
     """def concat2d_ternary(float(R,N) A, float(R,M) B) -> (O) {
         O(i, j) = j < N ? A(i, j) : B(i, j - N) where j in 0:N+M
     }""",
     lambda r, R=3, N=4, M=5: (f32(r, R, N), f32(r, R, M)),
-    lambda A, B: np.concatenate([A, B], axis=1),
-    xfail=BUG_GUARD)
+    lambda A, B: np.concatenate([A, B], axis=1))
 add("concat_ranges",  # the same without a guarded read: three statements with ranges
     """def concat_ranges(float(N) A, float(M) B) -> (O) {
         O(i) = 0.0 where i in 0:N+M
@@ -518,8 +505,7 @@ add("concat_ranges",  # the same without a guarded read: three statements with r
 add("shift1d",
     "def shift1d(float(N) A) -> (O) { O(i) = A(i + 1) }",
     lambda r, N=17: (f32(r, N),),
-    lambda A: A[1:].copy(),
-    xfail=BUG_SHIFT)
+    lambda A: A[1:].copy())
 add("shift1d_where",
     "def shift1d_where(float(N) A) -> (O) { O(i) = A(i + 1) where i in 0:N-1 }",
     lambda r, N=17: (f32(r, N),),

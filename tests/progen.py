@@ -33,7 +33,7 @@ SIZE_NAMES = ("M", "N", "K")
 CONST_DIMS = (1, 2, 3, 4)
 #: the values the sizes M, N, K take at call time
 SIZE_RANGE = (2, 5)
-INDEX_NAMES = ("i", "j", "k", "l", "p", "q")
+INDEX_NAMES = ("i", "j", "k", "l", "p", "q", "r", "s", "t", "u", "v", "w", "x", "y", "z")
 INPUT_NAMES = ("A", "B", "C")
 #: |value| of every tensor and every subexpression stays below this
 LIMIT = 16.0
@@ -157,10 +157,11 @@ class _Statement:
         same = [v for v in self.vars.values() if v.dim == dim]
         mixable = [v for v in self.vars.values()
                    if v.offset == 0 and v.dim.sub == 0 and dim.sub == 0 and v.dim != dim]
-        free = [n for n in INDEX_NAMES if n not in self.vars]
+        # a new index when none fits, or (while there are few) sometimes
+        fresh = not (same or mixable) or len(self.vars) < 4
         choice = draw(st.sampled_from(
             (["same"] * 3 if same else []) + (["mix"] if mixable else []) +
-            (["new"] * 2 if free else [])))
+            (["new"] * 2 if fresh else [])))
         if choice == "same":
             v = draw(st.sampled_from(same))
             if v.offset:
@@ -172,7 +173,7 @@ class _Statement:
             v.dim = Dim(v.dim.atoms | dim.atoms)
             self.mixed.add(v.name)
             return v.name
-        name = draw(st.sampled_from(free))
+        name = draw(st.sampled_from([n for n in INDEX_NAMES if n not in self.vars]))
         offset = 0
         room = dim.min_value() - 1
         if room >= 1 and draw(st.integers(0, 3)) == 0:

@@ -120,7 +120,8 @@ class ExprPrinter:
         lin = None
         for d, (s, n) in enumerate(zip(subs, shape)):
             if checked:
-                s = f"pt_chk({s}, {n}L, {self.site(span, f'index {d} of {tensor}')}, &err)"
+                what = f"read out of bounds: subscript {d} of '{tensor}' is outside 0:{n}"
+                s = f"pt_chk({s}, {n}L, {self.site(span, what)}, &err)"
             lin = s if lin is None else f"({lin}) * {n}L + ({s})"
         return f"{tensor}[{lin}]"
 

@@ -101,12 +101,14 @@ def _solve(form: S.Lin, var: str, extent: S.SizeExpr, known: Interval):
 
 
 def infer(stmt_vars: list, explicit: dict, accesses: list, index_names: set,
-          spans: dict) -> dict:
+          spans: dict, nonneg: frozenset = frozenset()) -> dict:
     """Solve the ranges of ``stmt_vars``.
 
     ``explicit``: var -> (lo, hi) from where clauses.  ``accesses``: (subscripts, shape)
     pairs, subscripts typed expressions, shape SizeExprs, for every access whose tensor's
-    shape is known.  ``spans``: var -> Span of its first use, for messages.
+    shape is known.  ``spans``: var -> Span of its first use, for messages.  ``nonneg``:
+    indices that subscript the left-hand side of an output not sized yet, which must
+    stay ``>= 0`` (``O(i) = A(i + 1)`` gives ``i in 0:N-1``, as in TC).
     """
     known = dict(explicit)
     progress = True
@@ -128,8 +130,8 @@ def infer(stmt_vars: list, explicit: dict, accesses: list, index_names: set,
                     plo, phi = found[unknown[0]]
                     lo, hi = S.smax(plo, lo), S.smin(phi, hi)
                 found[unknown[0]] = (lo, hi)
-        for v, r in found.items():
-            known[v] = r
+        for v, (lo, hi) in found.items():
+            known[v] = (S.smax(lo, S.const(0)), hi) if v in nonneg else (lo, hi)
             progress = True
     for v in stmt_vars:
         if v not in known:

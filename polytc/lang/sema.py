@@ -410,7 +410,8 @@ class FunctionChecker:
                         w.span)
                 if n == w.var:
                     raise TCSemanticError(f"the range of '{w.var}' refers to itself", w.span)
-        known = R.infer(all_vars, explicit, c.accesses, set(all_vars), c.spans)
+        nonneg = frozenset(c.lhs) if target is None else frozenset()
+        known = R.infer(all_vars, explicit, c.accesses, set(all_vars), c.spans, nonneg)
         order = _order(all_vars, known, st.span)
         ranges = tuple(P.Range(v, *known[v]) for v in order)
         dtype = target.dtype if target is not None else rhs.dtype

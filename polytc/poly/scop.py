@@ -75,18 +75,79 @@ class Scop:
         if kind == "body":
             if st.op is not None:
                 reads.append(s.writes)
-            for e in P.walk(st.rhs):
-                if isinstance(e, P.Read):
-                    m = self._read_map(e, tup, iv, s.domain)
-                    if m is None:
-                        guarded.add(id(e))
-                        m = self._map(tup, self._whole(e.tensor), s.domain)
-                    else:
-                        self._check_bounds(m, e.tensor, e.span, "reads")
-                    reads.append(m)
+            for e, guard in self._reads(st.rhs, tup, iv, s.domain, self._true(tup), True):
+                dom = s.domain.intersect(guard) if guard is not None else s.domain
+                m = self._read_map(e, tup, iv, dom)
+                if m is None:
+                    guarded.add(id(e))
+                    m = self._map(tup, self._whole(e.tensor), dom)
+                elif guard is None and not self._in_bounds(m, e.tensor):
+                    guarded.add(id(e))  # only evaluated under a non-affine condition
+                else:
+                    self._check_bounds(m, e.tensor, e.span, "reads")
+                reads.append(m)
         s.reads = _union_map(self.ctx, reads)
         s.guarded = frozenset(guarded)
         return s
+
+    # --- reads and the conditions they are evaluated under --------------------------
+    def _true(self, tup):
+        return isl.Set.read_from_str(self.ctx, "{ " + tup + " }")
+
+    def _reads(self, e, tup, iv, domain, guard, exact):
+        """Yield ``(Read, guard)``: ``guard`` is the isl set of points where the read is
+        evaluated (``?:``, ``&&`` and ``||`` are lazy), or ``None`` when that depends on
+        data (a non-affine condition)."""
+        g = guard if exact else None
+        if isinstance(e, P.Read):
+            yield e, g
+            for sub in e.indices:
+                yield from self._reads(sub, tup, iv, domain, guard, exact)
+            return
+        if isinstance(e, P.Select) or (isinstance(e, P.Bin) and e.op in P.LOGIC_OPS):
+            cond, a, b = (e.cond, e.then, e.other) if isinstance(e, P.Select) else \
+                (e.lhs, e.rhs, None)
+            yield from self._reads(cond, tup, iv, domain, guard, exact)
+            c = self._cond(cond, tup, iv, domain)
+            pos = e.op != "||" if isinstance(e, P.Bin) else True
+            for branch, want in ((a, pos), (b, not pos)):
+                if branch is None:
+                    continue
+                if c is None:
+                    yield from self._reads(branch, tup, iv, domain, guard, False)
+                else:
+                    sub = c if want else self._true(tup).subtract(c)
+                    yield from self._reads(branch, tup, iv, domain, guard.intersect(sub), exact)
+            return
+        for ch in P.children(e):
+            yield from self._reads(ch, tup, iv, domain, guard, exact)
+
+    def _cond(self, e, tup, iv, domain):
+        """The points where the boolean ``e`` holds, when it is affine, else ``None``."""
+        if isinstance(e, P.Not):
+            c = self._cond(e.value, tup, iv, domain)
+            return None if c is None else self._true(tup).subtract(c)
+        if isinstance(e, P.Bin) and e.op in P.LOGIC_OPS:
+            a, b = self._cond(e.lhs, tup, iv, domain), self._cond(e.rhs, tup, iv, domain)
+            if a is None or b is None:
+                return None
+            return a.intersect(b) if e.op == "&&" else a.union(b)
+        if isinstance(e, P.Bin) and e.op in P.COMPARE_OPS and not e.lhs.dtype.is_float:
+            a = self.isl_aff(e.lhs, iv, domain, tup)
+            b = self.isl_aff(e.rhs, iv, domain, tup)
+            if a is None or b is None:
+                return None
+            op = {"==": "=", "!=": "!="}.get(e.op, e.op)
+            if op == "!=":
+                text = f"({a}) < ({b}) or ({a}) > ({b})"
+            else:
+                text = f"({a}) {op} ({b})"
+            return isl.Set.read_from_str(self.ctx, "{ " + tup + " : " + text + " }")
+        return None
+
+    def _in_bounds(self, access, tensor) -> bool:
+        box = isl.Set.read_from_str(self.ctx, "{ " + self._whole(tensor) + " }")
+        return access.subtract_range(isl.UnionSet.from_set(box)).is_empty()
 
     def _map(self, tup, target, domain) -> isl.UnionMap:
         m = isl.Map.read_from_str(self.ctx, "{ " + tup + " -> " + target + " }")
@@ -129,10 +190,11 @@ class Scop:
                 return None
             if e.op in ("+", "-"):
                 return f"({a}) {e.op} ({b})"
-            if e.op == "*":
-                if isinstance(e.lhs, P.Const) or isinstance(e.rhs, P.Const) or \
-                        isinstance(e.lhs, P.Size) or isinstance(e.rhs, P.Size):
-                    return f"({a}) * ({b})"
+            if e.op == "*":  # isl reads "2 * (x0)" but not "(2) * (x0)"
+                if isinstance(e.lhs, (P.Const, P.Size)):
+                    return f"{int(a)} * ({b})"
+                if isinstance(e.rhs, (P.Const, P.Size)):
+                    return f"{int(b)} * ({a})"
                 return None
             if not isinstance(e.rhs, (P.Const, P.Size)) or int(b) <= 0:
                 return None
@@ -145,10 +207,10 @@ class Scop:
 
     def _check_bounds(self, access: isl.UnionMap, tensor, span, verb):
         shape = self.shapes[tensor]
+        if self._in_bounds(access, tensor):
+            return
         box = isl.Set.read_from_str(self.ctx, "{ " + self._whole(tensor) + " }")
         bad = access.subtract_range(isl.UnionSet.from_set(box))
-        if bad.is_empty():
-            return
         pt = bad.wrap().sample_point()
         vals = [pt.get_coordinate_val(isl.dim_type.set, i).to_python()
                 for i in range(pt.get_space().dim(isl.dim_type.set))]
