@@ -29,6 +29,14 @@ class Options:
     parallel_min_points: int = 1 << 15
     #: OpenMP threads; ``None`` takes POLYTC_NUM_THREADS / OMP_NUM_THREADS / all cores
     num_threads: int | None = None
+    #: cache tile sizes ``(Ti, Tj, Tk)`` of contraction bands; ``None``: cost model;
+    #: ``()``: no tiling at all
+    tile: tuple | None = None
+    #: register tile ``(MR, NR)`` of contractions; ``None``: cost model
+    register_tile: tuple | None = None
+    #: ``omp simd`` on unit-stride parallel inner loops, vectorised ``+``/``*``
+    #: reductions (which reassociate floating-point sums, as every BLAS does)
+    vectorize: bool = True
     #: passes to skip by name (see ``polytc.runtime.pipeline.PASSES``)
     disable: tuple = ()
 
@@ -39,6 +47,15 @@ class Options:
         if self.num_threads is not None and self.num_threads < 1:
             raise OptionsError("num_threads must be at least 1")
         object.__setattr__(self, "disable", tuple(self.disable))
+        for name in ("tile", "register_tile"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            v = tuple(int(x) for x in v)
+            want = 3 if name == "tile" else 2
+            if (v or name == "register_tile") and (len(v) != want or min(v) < 1):
+                raise OptionsError(f"{name} must be {want} positive sizes, got {v}")
+            object.__setattr__(self, name, v)
 
     def replace(self, **changes) -> "Options":
         try:

@@ -122,10 +122,10 @@ class Generated:
         for t in self.inputs:
             shape = tuple(d.value(sizes) for d in t.dims)
             if t.dtype == "float":
-                arrays.append(rng.uniform(-1, 1, shape).astype(np.float32))
+                a = rng.uniform(-1, 1, shape)
             else:
-                arrays.append(rng.integers(-INT_INPUT_MAX, INT_INPUT_MAX + 1, shape,
-                                           dtype=np.int32))
+                a = rng.integers(-INT_INPUT_MAX, INT_INPUT_MAX + 1, shape)
+            arrays.append(np.asarray(a, dtype=np.float32 if t.dtype == "float" else np.int32))
         return arrays
 
     def __str__(self):
@@ -150,6 +150,8 @@ class _Statement:
         self.vars: dict = {}  # name -> Var
         self.mixed: set = set()  # vars whose uses have different extents
         self.reads: set = set()  # names of the tensors read
+        self.sizes = {a for t in tensors if t.is_input for d in t.dims for a in d.atoms
+                      if isinstance(a, str)}
 
     # -- subscripts
     def subscript(self, dim: Dim) -> str:
@@ -199,13 +201,16 @@ class _Statement:
         return Expr(repr(v), "float", v, atomic=True)
 
     def leaf(self, inputs_only=False) -> Expr:
-        r = self.draw(st.integers(0, 9))
+        r = self.draw(st.integers(0, 11))
         if r < 7 or not self.vars:
             return self.access(inputs_only)
         if r < 9:
             return self.constant("float" if self.kind != "int" else "int32")
-        v = self.draw(st.sampled_from(sorted(self.vars)))  # an index as a value
-        return Expr(v, "int32", float(max(self.vars[v].dim.max_value(), 0)), atomic=True)
+        if r < 11 or not self.sizes:
+            v = self.draw(st.sampled_from(sorted(self.vars)))  # an index as a value
+            return Expr(v, "int32", float(max(self.vars[v].dim.max_value(), 0)), atomic=True)
+        n = self.draw(st.sampled_from(sorted(self.sizes)))  # a size as a value
+        return Expr(n, "int32", float(SIZE_RANGE[1]), atomic=True)
 
     def condition(self) -> str:
         a = self.leaf(inputs_only=True)
@@ -218,7 +223,7 @@ class _Statement:
         draw = self.draw
         if depth <= 0:
             return self.leaf()
-        ops = ["leaf", "leaf", "+", "-", "*", "?:", "minmax", "neg"]
+        ops = ["leaf", "leaf", "+", "-", "*", "?:", "minmax", "neg", "div", "cast"]
         if self.kind != "int":
             ops += ["fabs", "exp"]
         op = draw(st.sampled_from(ops))
@@ -240,6 +245,28 @@ class _Statement:
             a, b = self.expr(depth - 1), self.expr(depth - 1)
             dt = "float" if "float" in (a.dtype, b.dtype) else "int32"
             return Expr(f"({c}) ? {a.text} : {b.text}", dt, max(a.bound, b.bound))
+        if op == "div":  # by a positive constant; '%' too on integers
+            a = self.expr(depth - 1)
+            if a.dtype == "float":
+                return _join("/", a, Expr(draw(st.sampled_from(["2.0", "4.0"])), "float", 1,
+                                          True), a.bound / 2)
+            return _join(draw(st.sampled_from(["/", "%"])), a,
+                         Expr(draw(st.sampled_from(["2", "3"])), "int32", 1, True), a.bound)
+        if op == "cast":  # int to float is exact; float to int could round differently
+            a = self.expr(depth - 1)
+            if a.dtype == "float":
+                return Expr(f"float({a.text})", "float", a.bound, atomic=True)
+            dt = draw(st.sampled_from(["float", "int32", "int64", "double"]))
+            if dt == "double" and self.kind != "float":
+                dt = "int32"
+            # int64 meets int32 as int64, double meets float as double: keep the tensors'
+            # types by casting back
+            back = {"int64": "int32", "double": "float"}.get(dt)
+            text = f"{dt}({a.text})"
+            if back:
+                text = f"{back}({text} + {dt}(1)) - 1"
+                return Expr(text, "float" if back == "float" else "int32", a.bound + 1)
+            return Expr(text, "float" if dt == "float" else "int32", a.bound, atomic=True)
         if op == "neg":
             a = self.expr(depth - 1)
             return Expr(f"-{a.text if a.atomic else '(' + a.text + ')'}", a.dtype, a.bound)
@@ -265,7 +292,7 @@ def programs(draw, max_statements: int = 4):
     n_in = draw(st.integers(1, 3))
     inputs = []
     for n in INPUT_NAMES[:n_in]:
-        rank = draw(st.integers(1, 3))
+        rank = draw(st.sampled_from([0, 1, 1, 2, 2, 3, 3]))
         dims = tuple(atom_dim(draw(st.sampled_from(dim_atoms))) for _ in range(rank))
         dtype = {"float": "float", "int": "int32"}.get(kind) or \
             draw(st.sampled_from(["float", "int32"]))
@@ -330,7 +357,7 @@ def programs(draw, max_statements: int = 4):
         else:
             out_decls.append(t.name)
     params = ", ".join(f"{t.dtype}({', '.join(d.text() for d in t.dims)}) {t.name}"
-                       for t in inputs)
+                       if t.dims else f"{t.dtype} {t.name}" for t in inputs)
     fname = draw(st.sampled_from(["f", "kernel_fn", "prog"]))
     src = (f"def {fname}({params}) -> ({', '.join(out_decls)}) {{\n" + "\n".join(lines) +
            "\n}\n")

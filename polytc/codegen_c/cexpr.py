@@ -209,10 +209,16 @@ class ExprPrinter:
                                hint="express it with other builtins")
 
 
-def statement_code(sst, printer: ExprPrinter) -> str:
-    """The C statement of one isl statement instance (``sst`` a ``ScopStmt``)."""
+def target_code(sst, printer: ExprPrinter) -> str:
+    """The element a statement instance writes."""
+    return printer.element(sst.stmt.tensor, [f"({printer.vars[v]})" for v in sst.stmt.indices])
+
+
+def statement_code(sst, printer: ExprPrinter, target: str | None = None) -> str:
+    """The C statement of one isl statement instance (``sst`` a ``ScopStmt``), writing
+    ``target`` instead of the tensor element when given (a promoted accumulator)."""
     st = sst.stmt
-    target = printer.element(st.tensor, [f"({printer.vars[v]})" for v in st.indices])
+    target = target or target_code(sst, printer)
     if sst.kind == "init":
         return f"{target} = {literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)};"
     rhs = printer.expr(st.rhs)

@@ -6,11 +6,13 @@ function.  The function returns 0, or the number of the first run-time check tha
 """
 from __future__ import annotations
 
+import re
+
 import cgen as c
 import islpy as isl
 
 from ..lang import sizes as S
-from .cexpr import PRELUDE, ExprPrinter, div_helpers, statement_code
+from .cexpr import PRELUDE, ExprPrinter, div_helpers, statement_code, target_code
 
 _OP = isl.ast_expr_op_type
 _BINARY = {
@@ -48,6 +50,112 @@ def isl_expr(e) -> str:
     raise NotImplementedError(f"isl AST operator {op}")
 
 
+class Promotion:
+    """Register promotion under a ``promote`` mark: the marked loop nest reduces into
+    elements that do not depend on its iterators, so each accumulator is loaded into a
+    local (a scalar, or an array over an inner ``simd`` loop) before the nest, updated in
+    it and stored after it.  ``emit`` returns ``None`` when the pattern does not hold,
+    and the nest is generated as it is."""
+
+    def __init__(self, em: "CEmitter", node):
+        self.em, self.node = em, node
+
+    def emit(self):
+        T = isl.ast_node_type
+        loops, n = [], self.node
+        while n.get_type() == T.for_:
+            loops.append(n)
+            n = n.for_get_body()
+        if not loops:
+            return None
+        items = []
+        kids = [n]
+        if n.get_type() == T.block:
+            lst = n.block_get_children()
+            kids = [lst.get_at(i) for i in range(lst.n_ast_node())]
+        for k in kids:
+            inner = None
+            if k.get_type() == T.mark and k.mark_get_id().get_name() == "simd":
+                inner = k.mark_get_node()
+                if inner.get_type() != T.for_ or inner.for_get_body().get_type() != T.user:
+                    return None
+                user = inner.for_get_body()
+            elif k.get_type() == T.user:
+                user = k
+            else:
+                return None
+            items.append((inner, user))
+        iters = [self.em.for_header(lp)[0] for lp in loops]
+        decls, pro, body, epi = [], [], [], []
+        for u, (inner, user) in enumerate(items):
+            sst, printer = self.em.instance(user)
+            st = sst.stmt
+            if sst.kind != "body" or st.op is None or any(
+                    r.tensor == st.tensor for r in _reads(st.rhs)):
+                return None
+            target = target_code(sst, printer)
+            if _uses(target, iters):
+                return None
+            ct = st.rhs.dtype.c_name
+            acc = f"pt_acc{u}"
+            if inner is None:
+                decls.append(c.Statement(f"{ct} {acc} = {target}"))
+                body.append(c.Statement(statement_code(sst, printer, acc).rstrip(";")))
+                epi.append(c.Statement(f"{target} = {acc}"))
+                continue
+            it, header = self.em.for_header(inner)
+            lo, hi = _const_bounds(inner)
+            if lo is None or _uses(" ".join(header), iters):
+                return None
+            slot = f"{acc}[{it} - {lo}L]"
+            decls.append(c.Statement(f"{ct} {acc}[{hi - lo + 1}]"))
+            pro += [c.Pragma("omp simd"), c.For(*header, c.Statement(f"{slot} = {target}"))]
+            code = statement_code(sst, printer, slot).rstrip(";")
+            body += [c.Pragma("omp simd"), c.For(*header, c.Statement(code))]
+            epi += [c.Pragma("omp simd"), c.For(*header, c.Statement(f"{target} = {slot}"))]
+        nest = body
+        for depth, lp in enumerate(reversed(loops)):
+            loop = c.For(*self.em.for_header(lp)[1], c.Block(nest))
+            red = self._simd_reduction(items) if depth == 0 else None
+            nest = [c.Pragma(red), loop] if red else [loop]
+        return [c.Block(decls + pro + nest + epi)]
+
+    def _simd_reduction(self, items):
+        """``omp simd reduction`` for one scalar accumulator of ``+`` or ``*``."""
+        if len(items) != 1 or items[0][0] is not None or not self.em.vectorize:
+            return None
+        sst, _ = self.em.instance(items[0][1])
+        if sst.stmt.op not in ("+", "*"):
+            return None
+        return f"omp simd reduction({sst.stmt.op}:pt_acc0)"
+
+
+def _uses(text: str, names) -> bool:
+    return any(re.search(rf"\b{n}\b", text) for n in names)
+
+
+def _const_bounds(for_node):
+    """``(lo, hi)`` of a ``for (it = lo; it <= hi; it += 1)`` with constant bounds."""
+    init, cond = for_node.for_get_init(), for_node.for_get_cond()
+    inc = for_node.for_get_inc()
+    if init.get_type() != isl.ast_expr_type.int or inc.get_type() != isl.ast_expr_type.int \
+            or inc.int_get_val().to_python() != 1:
+        return None, None
+    if cond.get_type() != isl.ast_expr_type.op or cond.op_get_type() not in (_OP.le, _OP.lt):
+        return None, None
+    bound = cond.op_get_arg(1)
+    if bound.get_type() != isl.ast_expr_type.int:
+        return None, None
+    hi = bound.int_get_val().to_python() - (1 if cond.op_get_type() == _OP.lt else 0)
+    return init.int_get_val().to_python(), hi
+
+
+def _reads(e):
+    from ..lang import program as P
+
+    return [x for x in P.walk(e) if isinstance(x, P.Read)]
+
+
 def _strip(text: str) -> str:
     """``(a <= b)`` -> ``a <= b`` (OpenMP wants a bare loop condition)."""
     if not (text.startswith("(") and text.endswith(")")):
@@ -62,48 +170,65 @@ def _strip(text: str) -> str:
 
 
 class CEmitter:
-    def __init__(self, scop, num_threads=None):
+    def __init__(self, scop, num_threads=None, vectorize=True):
         self.scop = scop
+        self.vectorize = vectorize
         self.by_name = {s.name: s for s in scop.stmts}
         self.sites: list = []  # (Span, what) for every run-time check, 1-based
         self.num_threads = num_threads
 
-    def node(self, n, parallel=False) -> list:
+    def node(self, n, pragma=None) -> list:
         t = n.get_type()
         T = isl.ast_node_type
-        if t == T.block:
-            kids = n.block_get_children()
+        if t == T.block:  # a pragma applies to every loop of the block (isolation
+            kids = n.block_get_children()  # splits one loop into full and partial parts)
             out = []
             for i in range(kids.n_ast_node()):
-                out += self.node(kids.get_at(i))
+                out += self.node(kids.get_at(i), pragma)
             return out
         if t == T.mark:
-            par = n.mark_get_id().get_name() == "parallel"
-            return self.node(n.mark_get_node(), parallel=par)
+            name = n.mark_get_id().get_name()
+            if name == "promote":
+                promoted = Promotion(self, n.mark_get_node()).emit()
+                if promoted is not None:
+                    return promoted
+            return self.node(n.mark_get_node(), pragma=self.pragma(name))
         if t == T.for_:
-            it = n.for_get_iterator().id_get_id().get_name()
-            init, cond = isl_expr(n.for_get_init()), _strip(isl_expr(n.for_get_cond()))
-            inc = isl_expr(n.for_get_inc())
+            it, header = self.for_header(n)
             body = c.Block(self.node(n.for_get_body()))
-            loop = c.For(f"long {it} = {init}", cond, f"{it} += {inc}", body)
-            if parallel:
-                nt = f" num_threads({self.num_threads})" if self.num_threads else ""
-                return [c.Pragma(f"omp parallel for{nt}"), loop]
-            return [loop]
+            loop = c.For(*header, body)
+            return [c.Pragma(pragma), loop] if pragma else [loop]
         if t == T.if_:
             cond = isl_expr(n.if_get_cond())
-            then = c.Block(self.node(n.if_get_then_node()))
-            other = c.Block(self.node(n.if_get_else_node())) if n.if_has_else_node() else None
+            then = c.Block(self.node(n.if_get_then_node(), pragma))
+            other = c.Block(self.node(n.if_get_else_node(), pragma)) \
+                if n.if_has_else_node() else None
             return [c.If(cond, then, other)]
         if t == T.user:
-            call = n.user_get_expr()
-            name = call.op_get_arg(0).id_get_id().get_name()
-            sst = self.by_name[name]
-            args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
-            printer = ExprPrinter(self.scop.shapes, self.scop.env, dict(zip(sst.vars, args)),
-                                  sst.guarded, self.sites)
+            sst, printer = self.instance(n)
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
+
+    def pragma(self, mark: str):
+        if mark == "parallel":
+            nt = f" num_threads({self.num_threads})" if self.num_threads else ""
+            return f"omp parallel for{nt}"
+        if mark == "simd":
+            return "omp simd"
+        return None
+
+    def for_header(self, n):
+        it = n.for_get_iterator().id_get_id().get_name()
+        init, cond = isl_expr(n.for_get_init()), _strip(isl_expr(n.for_get_cond()))
+        return it, (f"long {it} = {init}", cond, f"{it} += {isl_expr(n.for_get_inc())}")
+
+    def instance(self, user_node):
+        """The ScopStmt and an expression printer of one statement instance."""
+        call = user_node.user_get_expr()
+        sst = self.by_name[call.op_get_arg(0).id_get_id().get_name()]
+        args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
+        return sst, ExprPrinter(self.scop.shapes, self.scop.env, dict(zip(sst.vars, args)),
+                                sst.guarded, self.sites)
 
     def function(self, ast, fname: str) -> str:
         prog = self.scop.program

@@ -34,6 +34,7 @@ class Build:
     schedule: isl.Schedule = None
     ast: isl.AstNode = None
     code: str = None
+    tiling: list = field(default_factory=list)  # what the tiling pass did
     sites: list = field(default_factory=list)  # (Span, what) per run-time check
     stages: dict = field(default_factory=dict)  # stage name -> text
     timings: dict = field(default_factory=dict)  # pass name -> seconds
@@ -63,16 +64,29 @@ def p_schedule(b: Build) -> Build:
     return b
 
 
+def _schedule(b: Build):
+    """The schedule so far; program order when the scheduler was switched off."""
+    return b.schedule if b.schedule is not None else sched.program_order(b.scop)
+
+
+def p_tile(b: Build) -> Build:
+    from ..tiling.machine import host
+    from ..tiling.strategy import tile_schedule
+
+    b.schedule, b.tiling = tile_schedule(_schedule(b), b.scop, b.options, host())
+    return b
+
+
 def p_parallel(b: Build) -> Build:
     if b.options.parallel:
+        b.schedule = _schedule(b)
         points = sum(_points(s, b.env) for s in b.scop.stmts)
         b.schedule = sched.mark_parallel(b.schedule, b.options.parallel_min_points, points)
     return b
 
 
 def p_ast(b: Build) -> Build:
-    if b.schedule is None:  # the scheduler was switched off: program order
-        b.schedule = sched.program_order(b.scop)
+    b.schedule = _schedule(b)
     b.stages["schedule"] = sched.schedule_tree_text(b.schedule)
     build = isl.AstBuild.from_context(isl.Set.read_from_str(b.ctx, "{ : }"))
     b.ast = build.node_from_schedule(b.schedule)
@@ -81,7 +95,7 @@ def p_ast(b: Build) -> Build:
 
 
 def p_codegen_c(b: Build) -> Build:
-    em = CEmitter(b.scop, b.options.num_threads or config.num_threads())
+    em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize)
     b.code = em.function(b.ast, FUNCTION_NAME)
     b.sites = em.sites
     b.stages["c"] = b.code
@@ -109,6 +123,7 @@ PASSES = [
     ("scop", p_scop, False),
     ("dependences", p_dependences, False),
     ("schedule", p_schedule, True),
+    ("tile", p_tile, True),
     ("parallel", p_parallel, True),
     ("ast", p_ast, False),
     ("codegen_c", p_codegen_c, False),

@@ -1,0 +1,625 @@
+"""polytc against numpy, PyTorch (eager and torch.compile) and onnxruntime on the CPU.
+
+    python benchmarks/bench_cpu.py [--only name,name] [--repeats N] [--tune-budget SECONDS]
+                                   [--quick]
+
+One table: per kernel the median milliseconds of one whole call (inputs ready, output
+allocated by the callee) of polytc with default options, polytc after ``polytc.autotune``
+(when that exists and ``--tune-budget`` > 0), numpy (OpenBLAS for the matmuls), PyTorch
+eager, ``torch.compile`` and onnxruntime, the best contender, polytc's time over the best,
+and polytc's GFLOP/s (and GB/s of compulsory traffic for memory-bound kernels).  The fp32
+peak of the machine, measured by ``benchmarks/peak.c``, is printed above it.
+
+Every library runs on the thread count polytc's kernels use (POLYTC_NUM_THREADS /
+OMP_NUM_THREADS, else every core).  Contenders are timed round-robin (see ``common``).
+polytc's output, and every contender's, is checked against numpy's once per kernel
+(allclose, rtol=atol=1e-3); a wrong result reads ``WRONG`` and is never timed.  torch and
+onnxruntime are optional: their columns read ``n/a`` when they are not installed.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+COLUMNS = ["kernel", "polytc", "tuned", "numpy", "torch", "torch.compile", "ort", "best",
+           "polytc/best", "tuned/best", "GFLOP/s", "GB/s"]
+CONTENDERS = ["numpy", "torch", "torch.compile", "ort"]  # what "best" is the best of
+RTOL = ATOL = 1e-3
+
+
+@dataclass
+class Bench:
+    name: str
+    tc: str
+    inputs: callable            # rng -> [arrays], in the TC signature's order
+    names: list                 # the inputs' names in the ONNX graph
+    numpy: callable             # (*arrays) -> array or tuple of arrays
+    torch: callable | None      # (*tensors) -> tensor or tuple
+    onnx: callable | None       # (*arrays) -> (nodes, opset); outputs named Y0, Y1, ...
+    flops: callable             # (*arrays) -> flop count
+    membound: bool = False      # print GB/s of compulsory traffic
+    repeats: int | None = None  # at most this many samples (large naive kernels)
+    quick: bool = True          # part of --quick
+    sizes: str = ""
+    notes: list = field(default_factory=list)
+
+
+def f32(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def scalar(x):
+    return np.array(x, np.float32)
+
+
+# --- the kernels ------------------------------------------------------------------------
+
+MATMUL = """
+def sgemm(float(M,K) A, float(K,N) B) -> (C) {
+    C(m, n) +=! A(m, k) * B(k, n)
+}"""
+
+BMM = """
+def bmm(float(B,M,K) X, float(B,K,N) Y) -> (Z) {
+    Z(b, m, n) +=! X(b, m, k) * Y(b, k, n)
+}"""
+
+MM_BIAS_RELU = """
+def mm_bias_relu(float(M,K) X, float(K,N) W, float(N) b) -> (O) {
+    T(m, n) +=! X(m, k) * W(k, n)
+    O(m, n) = fmax(T(m, n) + b(n), 0.0)
+}"""
+
+MLP2 = """
+def mlp2(float(B,D) X, float(D,H) W1, float(H) b1, float(H,E) W2, float(E) b2) -> (Y) {
+    T1(i, h) +=! X(i, d) * W1(d, h)
+    A1(i, h) = fmax(T1(i, h) + b1(h), 0.0)
+    T2(i, e) +=! A1(i, h) * W2(h, e)
+    Y(i, e) = T2(i, e) + b2(e)
+}"""
+
+SOFTMAX = """
+def softmax(float(N,D) X) -> (Y) {
+    mx(n) max=! X(n, d)
+    ex(n, d) = exp(X(n, d) - mx(n))
+    s(n) +=! ex(n, d)
+    Y(n, d) = ex(n, d) / s(n)
+}"""
+
+LAYERNORM = """
+def layernorm(float(N,D) X, float(D) gamma, float(D) beta) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    xc(n, d) = X(n, d) - mean(n)
+    var(n) +=! xc(n, d) * xc(n, d) / D
+    Y(n, d) = xc(n, d) * rsqrt(var(n) + 1e-5) * gamma(d) + beta(d)
+}"""
+
+CONV2D = """
+def conv2d(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {
+    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+}"""
+
+# the input is N x (G*CG) x H x W seen as N x G x CG x H x W (the same memory)
+GROUPNORM = """
+def groupnorm(float(N,G,CG,H,W) X, float(G,CG) gamma, float(G,CG) beta) -> (Y) {
+    mean(n, g) +=! X(n, g, c, h, w) / (CG * H * W)
+    xc(n, g, c, h, w) = X(n, g, c, h, w) - mean(n, g)
+    var(n, g) +=! xc(n, g, c, h, w) * xc(n, g, c, h, w) / (CG * H * W)
+    Y(n, g, c, h, w) = xc(n, g, c, h, w) * rsqrt(var(n, g) + 1e-5) * gamma(g, c) + beta(g, c)
+}"""
+
+# Y(m, i0, i1) = sum_{j0, j1} W0(i0, j0) W1(i1, j1) X(m, j0, j1), factored as TC's
+# kronecker benchmarks are (one contraction per factor)
+KRON2 = """
+def kron2(float(I0,J0) W0, float(I1,J1) W1, float(M,J0,J1) X) -> (Y) {
+    T(m, i0, j1) +=! W0(i0, j0) * X(m, j0, j1)
+    Y(m, i0, i1) +=! T(m, i0, j1) * W1(i1, j1)
+}"""
+
+MM2 = """
+def mm2(float alpha, float beta, float(NI,NK) A, float(NK,NJ) B, float(NJ,NL) C, float(NI,NL) D) -> (O) {
+    tmp(i, j) +=! alpha * A(i, k) * B(k, j)
+    O(i, l) +=! tmp(i, j) * C(j, l)
+    O(i, l) = O(i, l) + beta * D(i, l)
+}"""
+
+MM3 = """
+def mm3(float(NI,NK) A, float(NK,NJ) B, float(NJ,NM) C, float(NM,NL) D) -> (G) {
+    E(i, j) +=! A(i, k) * B(k, j)
+    F(j, l) +=! C(j, m) * D(m, l)
+    G(i, l) +=! E(i, j) * F(j, l)
+}"""
+
+ATAX = """
+def atax(float(M,N) A, float(N) x) -> (y) {
+    tmp(i) +=! A(i, j) * x(j)
+    y(j) +=! A(i, j) * tmp(i)
+}"""
+
+BICG = """
+def bicg(float(N,M) A, float(N) r, float(M) p) -> (s, q) {
+    s(j) +=! r(i) * A(i, j)
+    q(i) +=! A(i, j) * p(j)
+}"""
+
+
+def _node(op, ins, outs, **attrs):
+    from onnx import helper
+
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+def _conv_numpy(I, W):
+    win = np.lib.stride_tricks.sliding_window_view(I, W.shape[2:], axis=(2, 3))
+    # win: N, C, OH, OW, KH, KW; contract C, KH, KW with W's (the BLAS does it)
+    return np.ascontiguousarray(np.tensordot(win, W, axes=([1, 4, 5], [1, 2, 3]))
+                                .transpose(0, 3, 1, 2))
+
+
+def _layernorm_numpy(X, g, b):
+    mean = X.mean(1, keepdims=True)
+    xc = X - mean
+    var = (xc * xc).mean(1, keepdims=True)
+    return xc / np.sqrt(var + np.float32(1e-5)) * g + b
+
+
+def _groupnorm_numpy(X, g, b):
+    xg = X.reshape(X.shape[0], X.shape[1], -1)
+    mean = xg.mean(2, keepdims=True)
+    xc = xg - mean
+    var = (xc * xc).mean(2, keepdims=True)
+    y = (xc / np.sqrt(var + np.float32(1e-5))).reshape(X.shape)
+    return y * g[None, :, :, None, None] + b[None, :, :, None, None]
+
+
+def _softmax_numpy(X):
+    e = np.exp(X - X.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def _t():
+    import torch
+
+    return torch
+
+
+def _tnn():
+    import torch.nn.functional as F
+
+    return F
+
+
+def _onnx_groupnorm(X, g, b):
+    # LayerNormalization over the flattened group (axis 2 of N x G x CG*H*W), then the
+    # per-channel affine: the same math as GroupNormalization-21 with per-channel scale
+    from onnx import TensorProto, helper
+
+    N, G, CG, H, W = X.shape
+    shape1 = helper.make_tensor("s1", TensorProto.INT64, [3], [N, G, CG * H * W])
+    shape2 = helper.make_tensor("s2", TensorProto.INT64, [5], [N, G, CG, H, W])
+    ones = helper.make_tensor("one", TensorProto.FLOAT, [CG * H * W], [1.0] * (CG * H * W))
+    g5 = helper.make_tensor("g5", TensorProto.INT64, [5], [1, G, CG, 1, 1])
+    nodes = [
+        _node("Constant", [], ["S1"], value=shape1),
+        _node("Constant", [], ["S2"], value=shape2),
+        _node("Constant", [], ["ONE"], value=ones),
+        _node("Constant", [], ["G5"], value=g5),
+        _node("Reshape", ["X", "S1"], ["Xg"]),
+        _node("LayerNormalization", ["Xg", "ONE"], ["Yg"], axis=2, epsilon=1e-5),
+        _node("Reshape", ["Yg", "S2"], ["Y5"]),
+        _node("Reshape", ["gamma", "G5"], ["gm"]),
+        _node("Reshape", ["beta", "G5"], ["bt"]),
+        _node("Mul", ["Y5", "gm"], ["Ys"]),
+        _node("Add", ["Ys", "bt"], ["Y0"]),
+    ]
+    return nodes, 18
+
+
+def benches() -> list:
+    b = []
+
+    def mm_flops(A, B):
+        return 2 * A.shape[0] * A.shape[1] * B.shape[1]
+
+    for n, reps, quick in ((1024, None, True), (2048, 3, False)):
+        b.append(Bench(
+            f"sgemm{n}", MATMUL, lambda r, n=n: [f32(r, n, n), f32(r, n, n)], ["A", "B"],
+            lambda A, B: A @ B, lambda A, B: _t().matmul(A, B),
+            lambda A, B: ([_node("MatMul", ["A", "B"], ["Y0"])], 18), mm_flops,
+            repeats=reps, quick=quick, sizes=f"M=N=K={n}"))
+    b.append(Bench(
+        "bmm", BMM, lambda r: [f32(r, 64, 128, 128), f32(r, 64, 128, 128)], ["X", "Y"],
+        np.matmul, lambda X, Y: _t().bmm(X, Y),
+        lambda X, Y: ([_node("MatMul", ["X", "Y"], ["Y0"])], 18),
+        lambda X, Y: 2 * X.shape[0] * X.shape[1] * X.shape[2] * Y.shape[2],
+        sizes="B=64 M=N=K=128"))
+    b.append(Bench(
+        "mm_bias_relu", MM_BIAS_RELU,
+        lambda r: [f32(r, 512, 1024), f32(r, 1024, 1024, scale=1 / 32), f32(r, 1024)],
+        ["X", "W", "b"],
+        lambda X, W, bb: np.maximum(X @ W + bb, np.float32(0)),
+        lambda X, W, bb: _t().relu(_t().addmm(bb, X, W)),
+        lambda X, W, bb: ([_node("Gemm", ["X", "W", "b"], ["G"]),
+                           _node("Relu", ["G"], ["Y0"])], 18),
+        lambda X, W, bb: 2 * X.shape[0] * X.shape[1] * W.shape[1] + 2 * X.shape[0] * W.shape[1],
+        sizes="M=512 K=N=1024"))
+    b.append(Bench(
+        "mlp2", MLP2,
+        lambda r: [f32(r, 128, 1024), f32(r, 1024, 1024, scale=1 / 32), f32(r, 1024),
+                   f32(r, 1024, 1024, scale=1 / 32), f32(r, 1024)],
+        ["X", "W1", "b1", "W2", "b2"],
+        lambda X, W1, b1, W2, b2: np.maximum(X @ W1 + b1, np.float32(0)) @ W2 + b2,
+        lambda X, W1, b1, W2, b2: _t().addmm(b2, _t().relu(_t().addmm(b1, X, W1)), W2),
+        lambda *a: ([_node("Gemm", ["X", "W1", "b1"], ["G1"]), _node("Relu", ["G1"], ["R1"]),
+                     _node("Gemm", ["R1", "W2", "b2"], ["Y0"])], 18),
+        lambda X, W1, b1, W2, b2: (2 * X.shape[0] * X.shape[1] * W1.shape[1]
+                                   + 2 * X.shape[0] * W1.shape[1] * W2.shape[1]
+                                   + 3 * X.shape[0] * W1.shape[1]),
+        sizes="batch 128, 1024->1024 (ReLU) ->1024"))
+    b.append(Bench(
+        "softmax", SOFTMAX, lambda r: [f32(r, 4096, 1024, scale=3)], ["X"], _softmax_numpy,
+        lambda X: _t().softmax(X, 1),
+        lambda X: ([_node("Softmax", ["X"], ["Y0"], axis=1)], 18),
+        lambda X: 5 * X.size, membound=True, sizes="4096x1024, rows"))
+    b.append(Bench(
+        "layernorm", LAYERNORM, lambda r: [f32(r, 4096, 1024), f32(r, 1024), f32(r, 1024)],
+        ["X", "gamma", "beta"], _layernorm_numpy,
+        lambda X, g, bb: _tnn().layer_norm(X, (X.shape[1],), g, bb, 1e-5),
+        lambda *a: ([_node("LayerNormalization", ["X", "gamma", "beta"], ["Y0"], axis=1,
+                           epsilon=1e-5)], 17),
+        lambda X, g, bb: 8 * X.size, membound=True, sizes="4096x1024, rows"))
+    b.append(Bench(
+        "conv2d", CONV2D, lambda r: [f32(r, 1, 64, 58, 58), f32(r, 64, 64, 3, 3, scale=1 / 24)],
+        ["I", "Wt"], _conv_numpy, lambda I, W: _tnn().conv2d(I, W),
+        lambda *a: ([_node("Conv", ["I", "Wt"], ["Y0"], kernel_shape=[3, 3])], 18),
+        lambda I, W: (2 * I.shape[0] * W.shape[0] * (I.shape[2] - 2) * (I.shape[3] - 2)
+                      * W.shape[1] * W.shape[2] * W.shape[3]),
+        sizes="1x64x58x58 * 64x64x3x3 -> 56x56 (valid)"))
+    b.append(Bench(
+        "groupnorm", GROUPNORM,
+        lambda r: [f32(r, 16, 8, 8, 32, 32), f32(r, 8, 8), f32(r, 8, 8)],
+        ["X", "gamma", "beta"], _groupnorm_numpy,
+        lambda X, g, bb: _tnn().group_norm(X.reshape(X.shape[0], -1, *X.shape[3:]),
+                                           X.shape[1], g.reshape(-1), bb.reshape(-1), 1e-5),
+        _onnx_groupnorm, lambda X, g, bb: 8 * X.size, membound=True,
+        sizes="16x64x32x32, 8 groups"))
+    b.append(Bench(
+        "kron2", KRON2,
+        lambda r: [f32(r, 32, 32, scale=0.2), f32(r, 32, 32, scale=0.2), f32(r, 256, 32, 32)],
+        ["W0", "W1", "X"],
+        lambda W0, W1, X: np.matmul(np.matmul(W0, X), W1.T),
+        lambda W0, W1, X: _t().matmul(_t().matmul(W0, X), W1.t()),
+        lambda *a: ([_node("Einsum", ["W0", "X"], ["T"], equation="ij,mjl->mil"),
+                     _node("Einsum", ["T", "W1"], ["Y0"], equation="mil,kl->mik")], 18),
+        lambda W0, W1, X: 2 * X.shape[0] * W0.shape[0] * X.shape[1] * X.shape[2]
+        + 2 * X.shape[0] * W0.shape[0] * X.shape[2] * W1.shape[0],
+        sizes="M=256, 32x32 factors"))
+    n = 1024
+    b.append(Bench(
+        "2mm", MM2,
+        lambda r: [scalar(1.5), scalar(1.2), f32(r, n, n, scale=1 / 32), f32(r, n, n),
+                   f32(r, n, n, scale=1 / 32), f32(r, n, n)],
+        ["alpha", "beta", "A", "B", "C", "D"],
+        lambda al, be, A, B, C, D: (al * (A @ B)) @ C + be * D,
+        lambda al, be, A, B, C, D: _t().addmm(be * D, al * (A @ B), C),
+        lambda *a: ([_node("MatMul", ["A", "B"], ["AB"]), _node("Mul", ["AB", "alpha"], ["T"]),
+                     _node("MatMul", ["T", "C"], ["TC"]), _node("Mul", ["D", "beta"], ["bD"]),
+                     _node("Add", ["TC", "bD"], ["Y0"])], 18),
+        lambda al, be, A, B, C, D: 2 * n ** 3 * 2 + 3 * n * n,
+        sizes="NI=NJ=NK=NL=1024"))
+    b.append(Bench(
+        "3mm", MM3, lambda r: [f32(r, n, n, scale=1 / 32) for _ in range(4)],
+        ["A", "B", "C", "D"],
+        lambda A, B, C, D: (A @ B) @ (C @ D),
+        lambda A, B, C, D: (A @ B) @ (C @ D),
+        lambda *a: ([_node("MatMul", ["A", "B"], ["E"]), _node("MatMul", ["C", "D"], ["F"]),
+                     _node("MatMul", ["E", "F"], ["Y0"])], 18),
+        lambda *a: 3 * 2 * n ** 3, sizes="all 1024"))
+    n = 2048
+    b.append(Bench(
+        "atax", ATAX, lambda r: [f32(r, n, n, scale=1 / 45), f32(r, n)], ["A", "x"],
+        lambda A, x: (A @ x) @ A,
+        lambda A, x: (A @ x) @ A,
+        lambda *a: ([_node("MatMul", ["A", "x"], ["T"]), _node("MatMul", ["T", "A"], ["Y0"])],
+                    18),
+        lambda A, x: 4 * A.size, membound=True, sizes="M=N=2048"))
+    b.append(Bench(
+        "bicg", BICG, lambda r: [f32(r, n, n), f32(r, n), f32(r, n)], ["A", "r", "p"],
+        lambda A, rr, p: (rr @ A, A @ p),
+        lambda A, rr, p: (rr @ A, A @ p),
+        lambda *a: ([_node("MatMul", ["r", "A"], ["Y0"]), _node("MatMul", ["A", "p"], ["Y1"])],
+                    18),
+        lambda A, rr, p: 4 * A.size, membound=True, sizes="N=M=2048"))
+    return b
+
+
+# --- contenders -------------------------------------------------------------------------
+
+def have(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def as_tuple(x):
+    if isinstance(x, (tuple, list)):
+        return tuple(x)
+    return (x,)
+
+
+def to_numpy(x):
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "detach"):  # a torch tensor
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def check(out, ref) -> str | None:
+    """None when ``out`` matches ``ref`` (allclose, rtol=atol=1e-3), else why not."""
+    outs, refs = as_tuple(out), as_tuple(ref)
+    if len(outs) != len(refs):
+        return f"{len(outs)} outputs, expected {len(refs)}"
+    for o, r in zip(outs, refs):
+        o = to_numpy(o)
+        if o.shape != r.shape:
+            return f"shape {o.shape}, expected {r.shape}"
+        if not np.allclose(o, r, rtol=RTOL, atol=ATOL):
+            err = np.abs(o.astype(np.float64) - r)
+            return f"max abs error {np.nanmax(err):.3g} (max |ref| {np.abs(r).max():.3g})"
+    return None
+
+
+def onnx_session(bench, arrays, refs, threads):
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper  # noqa: F401
+
+    nodes, opset = bench.onnx(*arrays)
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in zip(bench.names, arrays)]
+    outs = [helper.make_tensor_value_info(f"Y{i}", helper.np_dtype_to_tensor_dtype(r.dtype),
+                                          r.shape) for i, r in enumerate(refs)]
+    graph = helper.make_graph(nodes, bench.name, ins, outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, 9)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    feeds = dict(zip(bench.names, arrays))
+    run = sess.run
+
+    def call():
+        out = run(None, feeds)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    return call
+
+
+def tuned_kernel(polytc, k, arrays, budget):
+    """``polytc.autotune``'s result as a kernel: it may return a kernel, options, or a
+    tuple holding one of them."""
+    res = polytc.autotune(k, *arrays, budget=budget)
+    for cand in (res if isinstance(res, (tuple, list)) else (res,)):
+        if isinstance(cand, polytc.Kernel):
+            return cand
+        if isinstance(cand, polytc.Options):
+            return k.with_options(cand)
+        if callable(cand):
+            return cand
+    if res is None:
+        return k
+    raise TypeError(f"polytc.autotune returned {type(res).__name__}")
+
+
+def short(e: BaseException) -> str:
+    s = f"{type(e).__name__}: {e}".strip().splitlines()
+    return s[0][:160] if s else type(e).__name__
+
+
+def run_bench(bench, args, threads, rng, notes):
+    import polytc
+
+    arrays = bench.inputs(rng)
+    ref = bench.numpy(*arrays)
+    refs = tuple(np.asarray(r) for r in as_tuple(ref))
+    calls = {}     # column -> callable to time
+    cells = {}     # column -> marker string instead of a time
+
+    def add(col, make):
+        """Build a contender, run it once (warm-up, JIT compile), check it."""
+        t0 = time.perf_counter()
+        try:
+            fn = make()
+            out = fn()
+        except Exception as e:  # noqa: BLE001 -- a contender that fails is reported
+            cells[col] = "fail"
+            notes.append(f"{bench.name} {col}: {short(e)}")
+            return
+        why = check(out, refs)
+        if why is not None:
+            cells[col] = "WRONG"
+            notes.append(f"{bench.name} {col}: WRONG, {why}")
+            return
+        calls[col] = fn
+        if args.verbose:
+            print(f"  {bench.name} {col}: ready in {time.perf_counter() - t0:.2f}s",
+                  file=sys.stderr)
+
+    k = polytc.tc(bench.tc)
+    add("polytc", lambda: (lambda: k(*arrays)))
+
+    if args.tune_budget > 0 and hasattr(polytc, "autotune"):
+        def make_tuned():
+            kt = tuned_kernel(polytc, k, arrays, args.tune_budget)
+            return lambda: kt(*arrays)
+        add("tuned", make_tuned)
+    else:
+        cells["tuned"] = "-"
+
+    add("numpy", lambda: (lambda: bench.numpy(*arrays)))
+
+    if have("torch") and bench.torch is not None:
+        import torch
+
+        tens = [torch.from_numpy(a) for a in arrays]
+        fn = bench.torch
+
+        def eager():
+            return lambda: fn(*tens)
+
+        def compiled():
+            torch._dynamo.reset()
+            c = torch.compile(fn, dynamic=False)
+            return lambda: c(*tens)
+
+        with torch.no_grad():
+            add("torch", eager)
+            add("torch.compile", compiled)
+    else:
+        cells["torch"] = cells["torch.compile"] = "n/a"
+
+    if have("onnxruntime") and bench.onnx is not None:
+        add("ort", lambda: onnx_session(bench, arrays, refs, threads))
+    else:
+        cells["ort"] = "n/a"
+
+    repeats = args.repeats if bench.repeats is None else min(args.repeats, bench.repeats)
+    ctx = None
+    if "torch" in calls or "torch.compile" in calls:
+        import torch
+
+        ctx = torch.no_grad()
+        ctx.__enter__()
+    try:
+        timings = common.time_interleaved(
+            calls, repeats, warm=True, min_sample=args.min_sample, slow=1.0,
+            slow_repeats=1 if args.quick else 3)
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+    times = {col: t.median for col, t in timings.items()}
+
+    best_col = min((c for c in CONTENDERS if c in times), key=times.get, default=None)
+    best = times[best_col] if best_col else math.nan
+    poly = min((times[c] for c in ("polytc", "tuned") if c in times), default=math.nan)
+    flops = bench.flops(*arrays)
+    nbytes = sum(a.nbytes for a in arrays) + sum(r.nbytes for r in refs)
+
+    def ratio(col):
+        return times[col] / best if col in times and best_col else math.nan
+
+    row = [bench.name]
+    for col in COLUMNS[1:7]:
+        row.append(cells.get(col) or common.fmt_ms(times.get(col)))
+    row.append(f"{common.fmt_ms(best)} {best_col}" if best_col else "-")
+    row.append(common.fmt_ratio(ratio("polytc")))
+    row.append(common.fmt_ratio(ratio("tuned")))
+    row.append(common.fmt_num(flops / poly * 1e-9) if math.isfinite(poly) else "-")
+    row.append(common.fmt_num(nbytes / poly * 1e-9)
+               if bench.membound and math.isfinite(poly) else "")
+    samples = {c: len(t.samples) for c, t in timings.items()}
+    if len(set(samples.values())) > 1:
+        notes.append(f"{bench.name}: samples per column "
+                     + ", ".join(f"{c} {n}" for c, n in samples.items()))
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated kernel names")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="timed samples per contender (default 15, 5 with --quick)")
+    ap.add_argument("--tune-budget", type=float, default=0.0,
+                    help="seconds for polytc.autotune per kernel (0: no tuned column)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke test: fewer repeats, shorter samples, no 2048^3 sgemm")
+    ap.add_argument("--min-sample", type=float, default=None,
+                    help="seconds a sample lasts at least (short kernels loop; default "
+                         "0.02, 0.005 with --quick)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    args = ap.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 5 if args.quick else 15
+    if args.min_sample is None:
+        args.min_sample = 0.005 if args.quick else 0.02
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+
+    all_benches = benches()
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        names = [bb.name for bb in all_benches]
+        unknown = [w for w in wanted if w not in names]
+        if unknown:
+            ap.error(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+        chosen = [bb for bb in all_benches if bb.name in wanted]
+    else:
+        chosen = [bb for bb in all_benches if bb.quick or not args.quick]
+
+    threads = common.default_threads()
+    versions = [f"numpy {np.__version__}"]
+    if have("torch"):
+        import torch
+
+        torch.set_num_threads(threads)
+        versions.append(f"torch {torch.__version__}")
+    else:
+        versions.append("torch not installed")
+    if have("onnxruntime"):
+        import onnxruntime
+
+        versions.append(f"onnxruntime {onnxruntime.__version__}")
+    else:
+        versions.append("onnxruntime not installed")
+
+    peak = common.measure_peak(threads)
+    print(f"polytc CPU benchmark: {common.cpu_model()}, {threads} threads for every library")
+    if peak and "gflops" in peak:
+        print(f"fp32 peak (benchmarks/peak.c, {peak['vector_bits']}-bit FMA x "
+              f"{peak['chains']} chains x {peak['threads']} threads): "
+              f"{peak['gflops']:.0f} GFLOP/s")
+    else:
+        print(f"fp32 peak: not measured ({(peak or {}).get('error')})")
+    print(f"{', '.join(versions)}; median ms of one call over {args.repeats} interleaved "
+          f"samples{' (--quick)' if args.quick else ''}")
+    sys.stdout.flush()
+
+    rng = np.random.default_rng(0)
+    rows, notes = [], []
+    t_start = time.perf_counter()
+    for bench in chosen:
+        t0 = time.perf_counter()
+        try:
+            rows.append(run_bench(bench, args, threads, rng, notes))
+        except Exception as e:  # noqa: BLE001 -- one broken kernel does not end the run
+            rows.append([bench.name] + ["fail"] + [""] * (len(COLUMNS) - 2))
+            notes.append(f"{bench.name}: {short(e)}")
+        if args.verbose:
+            print(f"{bench.name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    print()
+    print(common.table(COLUMNS, rows))
+    print()
+    print("sizes: " + "; ".join(f"{bb.name} {bb.sizes}" for bb in chosen))
+    print("best = fastest of numpy, torch, torch.compile, ort; GFLOP/s and GB/s (compulsory "
+          "traffic: inputs + outputs once) are polytc's (the faster of default and tuned)")
+    for n in notes:
+        print("note: " + n)
+    print(f"total {time.perf_counter() - t_start:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

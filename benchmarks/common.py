@@ -1,0 +1,203 @@
+"""Shared helpers for the benchmarks: interleaved timing, medians, tables, machine peak.
+
+Timing model.  Every contender is a callable with no arguments that does one whole call
+(allocating its result, as a user's call would).  ``time_interleaved`` warms each one up
+once, times one more call to choose how many calls make a sample (a loop of several for
+sub-millisecond kernels, so timer resolution and call jitter do not dominate) and how many
+samples to take (fewer for slow contenders), then takes the samples round-robin: in each
+round every contender runs once, in an order that rotates from round to round, so a
+noisy period of the machine (other processes, frequency changes) hits all contenders
+alike rather than one of them.  The result per contender is the median sample.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def median(xs):
+    return statistics.median(xs) if xs else math.nan
+
+
+@dataclass
+class Timing:
+    """Seconds per call: ``median`` over ``samples`` (each the mean of ``inner`` calls)."""
+    samples: list = field(default_factory=list)
+    inner: int = 1
+    first: float = math.nan  # the warm-up call, seconds (includes any JIT compile)
+
+    @property
+    def median(self) -> float:
+        return median(self.samples)
+
+
+def calls_per_sample(one_call: float, min_sample: float, max_inner: int = 1000) -> int:
+    """How many calls make a sample of at least ``min_sample`` seconds."""
+    if not one_call > 0:
+        return 1
+    return max(1, min(max_inner, math.ceil(min_sample / one_call)))
+
+
+def samples_for(one_call: float, repeats: int, slow: float = 1.0, slow_repeats: int = 3,
+                budget: float | None = None) -> int:
+    """Samples to take of a contender whose one call takes ``one_call`` seconds: all
+    ``repeats`` normally; ``slow_repeats`` when a call exceeds ``slow`` seconds (naive
+    code on big sizes); never more than fit in ``budget`` seconds (but at least one)."""
+    n = repeats if one_call <= slow else min(repeats, slow_repeats)
+    if budget is not None and one_call > 0:
+        n = min(n, max(1, int(budget / one_call)))
+    return max(1, n)
+
+
+def time_once(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def time_interleaved(contenders: dict, repeats: int, *, min_sample: float = 0.01,
+                     slow: float = 1.0, slow_repeats: int = 3,
+                     budget: float | None = None, warm: bool = False) -> dict:
+    """Time each ``name -> callable`` in ``contenders`` round-robin; returns name -> Timing.
+
+    ``warm=True`` says every callable has already run once (skips the warm-up call).
+    One more call per contender calibrates: it sets the calls per sample
+    (``calls_per_sample``) and the sample count (``samples_for``); when that call took
+    over ``slow`` seconds it is kept as the first sample.  Rounds run until every
+    contender has its count; a contender that has its count sits the later rounds out.
+    """
+    timings = {name: Timing() for name in contenders}
+    plan = {}
+    for name, fn in contenders.items():
+        if not warm:
+            timings[name].first = time_once(fn)
+        one = time_once(fn)
+        timings[name].inner = calls_per_sample(one, min_sample)
+        plan[name] = samples_for(one, repeats, slow, slow_repeats, budget)
+        if one > slow:  # a slow call is a sample in itself: do not spend it on calibrating
+            timings[name].samples.append(one)
+    names = list(contenders)
+    rounds = max(plan.values(), default=0)
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            if len(timings[name].samples) >= plan[name]:
+                continue
+            fn, inner = contenders[name], timings[name].inner
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            timings[name].samples.append((time.perf_counter() - t0) / inner)
+    return timings
+
+
+# --- formatting ---------------------------------------------------------------------------
+
+def fmt_ms(seconds) -> str:
+    """Milliseconds with 3 significant digits (or a marker string passed through)."""
+    if isinstance(seconds, str):
+        return seconds
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    ms = seconds * 1e3
+    if ms >= 100:
+        return f"{ms:.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    if ms >= 1:
+        return f"{ms:.2f}"
+    return f"{ms:.3f}"
+
+
+def fmt_num(x, digits: int = 1) -> str:
+    if x is None or isinstance(x, str) or not math.isfinite(x):
+        return "-" if not isinstance(x, str) else x
+    return f"{x:.{digits}f}"
+
+
+def fmt_ratio(x) -> str:
+    if x is None or isinstance(x, str) or not math.isfinite(x):
+        return "-"
+    return f"{x:.2f}x" if x < 100 else f"{x:.0f}x"
+
+
+def table(headers, rows, left: int = 1) -> str:
+    """A plain-text table: the first ``left`` columns left-aligned, the rest right."""
+    cols = list(zip(*([headers] + [[str(c) for c in r] for r in rows])))
+    widths = [max(len(c) for c in col) for col in cols]
+
+    def line(cells):
+        return " | ".join(c.ljust(w) if i < left else c.rjust(w)
+                          for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [line(headers), "-+-".join("-" * w for w in widths)]
+    out += [line([str(c) for c in r]) for r in rows]
+    return "\n".join(out)
+
+
+# --- the machine --------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                if ln.startswith("model name"):
+                    return ln.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def default_threads() -> int:
+    """The thread count polytc's kernels use: POLYTC_NUM_THREADS / OMP_NUM_THREADS, else
+    every core this process may run on (what OpenMP takes by default)."""
+    for var in ("POLYTC_NUM_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var)
+        if v and v.isdigit() and int(v) > 0:
+            return int(v)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def measure_peak(threads: int | None = None, cc: str | None = None) -> dict | None:
+    """The fp32 FMA peak from ``peak.c`` (compiled in a temporary directory and run on
+    ``threads`` OpenMP threads): a dict with ``gflops``, ``threads``, ``vector_bits``,
+    ``chains``; None (with the reason in ``error``) when it cannot be built or run."""
+    cc = cc or os.environ.get("POLYTC_CC", "gcc")
+    if shutil.which(cc) is None:
+        return {"error": f"no C compiler {cc!r}"}
+    tmp = tempfile.mkdtemp(prefix="polytc-peak-")
+    try:
+        exe = os.path.join(tmp, "peak")
+        flags = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"]
+        r = subprocess.run([cc, *flags, os.path.join(HERE, "peak.c"), "-o", exe],
+                           capture_output=True, text=True)
+        if r.returncode:
+            return {"error": f"{cc} failed: {r.stderr.strip()[:200]}"}
+        env = dict(os.environ)
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        r = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=120)
+        m = re.search(r"fp32_peak_gflops=([\d.]+) threads=(\d+) vector_bits=(\d+) "
+                      r"chains=(\d+)", r.stdout)
+        if r.returncode or not m:
+            return {"error": f"peak failed: {(r.stdout + r.stderr).strip()[:200]}"}
+        return {"gflops": float(m.group(1)), "threads": int(m.group(2)),
+                "vector_bits": int(m.group(3)), "chains": int(m.group(4))}
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": str(e)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,72 @@
+"""What the cost model knows about the CPU: cache sizes, vector width, registers."""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Machine:
+    l1: int  # bytes, data cache per core
+    l2: int
+    l3: int
+    vector_bytes: int  # widest SIMD register (64 with AVX-512)
+    vector_registers: int
+    cores: int
+
+    def lanes(self, itemsize: int) -> int:
+        return max(1, self.vector_bytes // itemsize)
+
+    def key(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _sysfs_cache(level: int, kind=("Data", "Unified")) -> int | None:
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for d in sorted(os.listdir(base)):
+            path = os.path.join(base, d)
+            with open(os.path.join(path, "level")) as f:
+                if int(f.read()) != level:
+                    continue
+            with open(os.path.join(path, "type")) as f:
+                if f.read().strip() not in kind:
+                    continue
+            with open(os.path.join(path, "size")) as f:
+                s = f.read().strip()
+            mult = {"K": 1024, "M": 1 << 20, "G": 1 << 30}.get(s[-1], 1)
+            return int(s.rstrip("KMG")) * mult
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@functools.lru_cache(maxsize=None)
+def host() -> Machine:
+    flags = _cpu_flags()
+    if "avx512f" in flags:
+        vbytes, regs = 64, 32
+    elif "avx2" in flags or "avx" in flags:
+        vbytes, regs = 32, 16
+    else:
+        vbytes, regs = 16, 16
+    return Machine(
+        l1=_sysfs_cache(1) or 32 * 1024,
+        l2=_sysfs_cache(2) or 1 << 20,
+        l3=_sysfs_cache(3) or 8 << 20,
+        vector_bytes=vbytes,
+        vector_registers=regs,
+        cores=os.cpu_count() or 1,
+    )

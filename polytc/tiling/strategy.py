@@ -1,0 +1,264 @@
+"""The tiling pass: what to do with each band of isl's schedule.
+
+* A **contraction band** (coincident members and reduction members, every statement a
+  reduction over it, e.g. matmul, batched matmul, convolution) is split from its init and
+  consumer statements (program order is always legal for that), its members are ordered
+  ``[outer..., i, j, reductions...]`` where ``j`` is the unit-stride dimension of the
+  result and ``i`` a dimension with reuse, then tiled twice: cache tiles
+  ``(Ti, Tj, Tk)`` with full tiles isolated, and register tiles ``(MR, NR)`` whose ``i``
+  loop is unrolled, whose ``j`` loop is ``simd`` and whose reduction loops are marked
+  ``promote`` so the code generator keeps the ``MR x NR`` accumulators in registers.
+* In any other **innermost band**, the last member gets ``simd`` when it is parallel and
+  unit-stride for the writes, or ``promote`` when it is a reduction whose result is
+  invariant in it (the accumulator becomes a scalar; ``+``/``*`` also vectorise).
+
+Sizes come from ``Options`` when given, else from the cost model (``choose_sizes``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..lang import sizes as S
+from ..lang.ranges import Interval
+from . import transform as T
+from .machine import Machine
+
+
+@dataclass(frozen=True)
+class Sizes:
+    cache: tuple  # (Ti, Tj, Tk)
+    register: tuple  # (MR, NR)
+
+
+def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine) -> Sizes:
+    """Register tile from the vector registers, cache tiles from L1/L2."""
+    lanes = m.lanes(itemsize)
+    nvec = 4 if m.vector_registers >= 32 else 2
+    nr = lanes * nvec
+    if ext_j < nr:
+        nr = max(1, min(ext_j, lanes * -(-ext_j // lanes)))
+    mr = max(1, min(6, ext_i))
+    tk = min(ext_k, max(16, (m.l2 // 8) // (itemsize * max(nr, 1) * 4)))
+    tj = nr * max(1, min(4, -(-ext_j // nr)))
+    ti = mr * max(1, min(16, -(-ext_i // mr)))
+    return Sizes((ti, tj, tk), (mr, nr))
+
+
+class Tiler:
+    def __init__(self, scop, options, machine: Machine):
+        self.scop, self.options, self.machine = scop, options, machine
+        self.by_name = {s.name: s for s in scop.stmts}
+        self.report: list = []  # what was done, for explain() and tests
+
+    # --- facts about statements ------------------------------------------------------
+    def extent(self, sst, d) -> int:
+        known = {}
+        for r in sst.stmt.ranges:
+            iv = Interval(known)
+            lo = S.evaluate(iv.lo(r.lo), self.scop.env)
+            hi = S.evaluate(iv.hi(S.sub(r.hi, S.const(1))), self.scop.env) + 1
+            known[r.var] = (S.const(lo), S.const(hi))
+        v = sst.vars[d]
+        lo, hi = known[v]
+        return hi.const - lo.const
+
+    def target_var(self, sst, pos_from_end=1):
+        st = sst.stmt
+        if len(st.indices) < pos_from_end:
+            return None
+        return sst.vars.index(st.indices[-pos_from_end])
+
+    # --- traversal -----------------------------------------------------------------
+    def run(self, schedule):
+        return self.visit(schedule.get_root()).get_schedule()
+
+    def visit(self, node):
+        if node.get_type() == isl.schedule_node_type.band:
+            return self.band(node)
+        for i in range(node.n_children()):
+            node = self.visit(node.child(i)).parent()
+        return node
+
+    def band(self, node):
+        depth = node.get_tree_depth()
+        names = T.statements_below(node)
+        ssts = [self.by_name[n] for n in names]
+        mv = T.member_vars(node)
+        n = node.band_n_member()
+        coinc = [node.band_member_get_coincident(i) for i in range(n)]
+        bodies = [s for s in ssts if s.kind == "body"]
+        reduction = [m for m in range(n) if not coinc[m]]
+        if (self.options.tile != () and node.band_get_permutable() and reduction
+                and sum(coinc) >= 1 and bodies):
+            contraction = [s for s in bodies if s.stmt.op is not None and
+                           all(v is not None for v in mv[s.name])]
+            if contraction and len(contraction) == 1:
+                main = contraction[0]
+                if len(ssts) > 1:
+                    ordered = sorted(ssts, key=_program_order)
+                    here = [s for s in ordered if s.index == main.index]
+                    node = self.split(node, [
+                        [s for s in ordered if s.index < main.index],
+                        [s for s in here if s.kind == "init"], [main],
+                        [s for s in ordered if s.index > main.index]])
+                    return self.climb(node, depth)
+                node = self.contraction(node, main, mv[main.name], coinc)
+                return self.climb(node, depth)
+        # split inits out of bands whose reduction member they do not have
+        inits = [s for s in ssts if s.kind == "init"]
+        if inits and reduction and len(inits) < len(ssts):
+            groups = [[]]
+            for st in sorted(ssts, key=_program_order):
+                if st.kind == "init":
+                    groups += [[st], []]
+                else:
+                    groups[-1].append(st)
+            node = self.split(node, groups)
+            return self.climb(node, depth)
+        inner = self.innermost(node)
+        for i in range(node.n_children()):
+            node = self.visit(node.child(i)).parent()
+        if inner and self.options.vectorize:
+            node = self.mark_inner(node, ssts, mv, coinc)
+        return self.climb(node, depth)
+
+    def climb(self, node, depth):
+        while node.get_tree_depth() > depth:
+            node = node.parent()
+        return node
+
+    def innermost(self, node) -> bool:
+        found = []
+
+        def check(n):
+            if n.get_type() == isl.schedule_node_type.band:
+                found.append(1)
+            return True
+
+        for i in range(node.n_children()):
+            node.child(i).foreach_descendant_top_down(check)
+        return not found
+
+    def filter_of(self, ssts):
+        out = isl.UnionSet.empty(isl.Space.params_alloc(self.scop.ctx, 0))
+        for s in ssts:
+            out = out.union(isl.UnionSet.from_set(s.domain))
+        return out
+
+    def split(self, node, groups):
+        """Distribute the band over ``groups`` of statements, in order.  Groups follow
+        program order, which is always legal: a statement never depends on a later one
+        except through a loop both share, and cutting the band only serialises."""
+        groups = [g for g in groups if g]
+        depth = node.get_tree_depth()
+        for g in groups[:-1]:
+            node = node.order_before(self.filter_of(g))
+        node = self.climb(node, depth)
+        self.report.append(("split", [[s.name for s in g] for g in groups]))
+        return self.visit(node)
+
+    # --- contractions ----------------------------------------------------------------
+    def contraction(self, node, sst, vars_, coinc):
+        n = len(coinc)
+        j_var = self.target_var(sst)
+        par = [m for m in range(n) if coinc[m]]
+        red = [m for m in range(n) if not coinc[m]]
+        j = next((m for m in par if vars_[m] == j_var), None)
+        if j is None:
+            return self.plain(node, sst)
+        reads = [e for e in _reads(sst.stmt.rhs)]
+        # i: a parallel member some read does not depend on (register reuse), largest
+        cands = [m for m in par if m != j and any(
+            sst.vars[vars_[m]] not in _index_names(r) for r in reads)]
+        if not cands:
+            return self.plain(node, sst)
+        i = max(cands, key=lambda m: self.extent(sst, vars_[m]))
+        outer = [m for m in par if m not in (i, j)]
+        order = outer + [i, j] + red
+        node = T.permute(node, order)
+        ext = [self.extent(sst, vars_[m]) for m in order]
+        k_big = max(range(len(red)), key=lambda r: ext[len(outer) + 2 + r])
+        sz = choose_sizes(ext[len(outer)], ext[len(outer) + 1],
+                          ext[len(outer) + 2 + k_big], sst.stmt.rhs.dtype.np_dtype.itemsize,
+                          self.machine)
+        if self.options.tile:
+            ti, tj, tk = self.options.tile
+            sz = Sizes((ti, tj, tk), sz.register)
+        if self.options.register_tile:
+            sz = Sizes(sz.cache, tuple(self.options.register_tile))
+        mr, nr = sz.register
+        ti, tj, tk = sz.cache
+        ti, tj = _round_up(ti, mr), _round_up(tj, nr)
+        cache = [1] * len(outer) + [ti, tj] + [
+            tk if r == k_big else ext[len(outer) + 2 + r] for r in range(len(red))]
+        cache = [min(c, e) if e > 0 else c for c, e in zip(cache, ext)]
+        cache[len(outer)] = _round_up(cache[len(outer)], min(mr, cache[len(outer)]))
+        node = T.tile(node, cache)
+        node = T.isolate_full_tiles(node, cache)
+        point = node.child(0)
+        reg = [1] * len(outer) + [mr, nr] + [1] * len(red)
+        reg = [min(r, c) for r, c in zip(reg, cache)]
+        regn = T.tile(point, reg)
+        regn = T.isolate_full_tiles(regn, reg)  # full register tiles in partial cache tiles
+        p_red = len(outer) + 2
+        regn = regn.band_split(p_red).child(0)  # the reduction loops of a register tile
+        regn = T.mark(regn, "promote")
+        inner = regn.child(0)  # (outer_r..., ir, jr, red_r...): only ir and jr are loops
+        inner = inner.band_split(len(outer) + 1)
+        inner = inner.band_member_set_ast_loop_type(len(outer), isl.ast_loop_type.unroll)
+        inner = T.mark(inner.child(0), "simd")
+        self.report.append(("contraction", sst.name, {"order": order, "cache": cache,
+                                                     "register": reg}))
+        return inner
+
+    def plain(self, node, sst):
+        self.report.append(("no-register-tile", sst.name))
+        return node
+
+    # --- innermost loops -------------------------------------------------------------
+    def mark_inner(self, node, ssts, mv, coinc):
+        n = len(coinc)
+        last = n - 1
+        bodies = [s for s in ssts if s.kind == "body"]
+        if coinc[last]:
+            if all(mv[s.name][last] is not None and mv[s.name][last] == self.target_var(s)
+                   for s in ssts if s.stmt.indices):
+                node = node.band_split(last).child(0) if n > 1 else node
+                self.report.append(("simd", [s.name for s in ssts]))
+                return T.mark(node, "simd")
+            return node
+        if len(ssts) == 1 and bodies and bodies[0].stmt.op is not None:
+            s = bodies[0]
+            v = mv[s.name][last]
+            if v is not None and s.vars[v] in s.stmt.reduction_vars:
+                node = node.band_split(last).child(0) if n > 1 else node
+                self.report.append(("promote", s.name))
+                return T.mark(node, "promote")
+        return node
+
+
+def _program_order(s):
+    return (s.index, 0 if s.kind == "init" else 1)
+
+
+def _round_up(x, m):
+    return -(-x // m) * m if m > 0 else x
+
+
+def _reads(e):
+    from ..lang import program as P
+
+    return [x for x in P.walk(e) if isinstance(x, P.Read)]
+
+
+def _index_names(read):
+    from ..lang import program as P
+
+    return {x.name for s in read.indices for x in P.walk(s) if isinstance(x, P.Index)}
+
+
+def tile_schedule(schedule, scop, options, machine):
+    t = Tiler(scop, options, machine)
+    return t.run(schedule), t.report

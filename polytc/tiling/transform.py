@@ -1,0 +1,100 @@
+"""Schedule-tree transformations.  Each takes an ``isl.ScheduleNode`` and returns the
+node at the same position of the new tree (isl trees are immutable values)."""
+from __future__ import annotations
+
+import islpy as isl
+
+
+def mark(node, name: str):
+    """A mark node named ``name`` above ``node``; returns the node below the mark."""
+    return node.insert_mark(isl.Id(name, context=node.get_ctx())).child(0)
+
+
+def multi_val(node, values):
+    mv = isl.MultiVal.zero(node.band_get_space())
+    for i, v in enumerate(values):
+        mv = mv.set_val(i, isl.Val.int_from_si(node.get_ctx(), int(v)))
+    return mv
+
+
+def tile(node, sizes):
+    """Tile a band: returns the tile band (its child is the point band)."""
+    ctx = node.get_ctx()
+    ctx.set_tile_scale_tile_loops(1)
+    ctx.set_tile_shift_point_loops(1)
+    return node.band_tile(multi_val(node, sizes))
+
+
+def isolate_full_tiles(tile_node, sizes):
+    """Ask the AST generator to emit full tiles separately (constant trip counts inside)."""
+    ctx = tile_node.get_ctx()
+    dom = tile_node.get_domain()
+    prefix = tile_node.get_prefix_schedule_union_map()
+    tmap = tile_node.band_get_partial_schedule_union_map()
+    pmap = tile_node.child(0).band_get_partial_schedule_union_map()
+    image = prefix.range_product(tmap).range_product(pmap).intersect_domain(dom).range()
+    pairs = isl.Set.from_union_set(image).unwrap()  # [prefix -> tile] -> point
+    tiles = pairs.domain()
+    names = [f"o{i}" for i in range(len(sizes))]
+    cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, sizes))
+    box = isl.Set.read_from_str(ctx, "{ [" + ", ".join(names) + "] : " + cons + " }")
+    missing = isl.Map.from_domain_and_range(tiles, box).subtract(pairs)
+    full = tiles.subtract(missing.domain())
+    opts = isl.UnionSet.from_set(full.set_tuple_name("isolate"))
+    return tile_node.band_set_ast_build_options(opts)
+
+
+def permute(node, order):
+    """Reorder the members of a permutable band (legal for any order)."""
+    n = node.band_n_member()
+    if list(order) == list(range(n)):
+        return node
+    mupa = node.band_get_partial_schedule()
+    coincident = [node.band_member_get_coincident(i) for i in range(n)]
+    lst = isl.UnionPwAffList.alloc(node.get_ctx(), n)
+    for i in order:
+        lst = lst.add(mupa.get_union_pw_aff(i))
+    space = mupa.get_space()
+    new = isl.MultiUnionPwAff.from_union_pw_aff_list(space, lst)
+    node = node.delete().insert_partial_schedule(new)
+    node = node.band_set_permutable(1)
+    for pos, i in enumerate(order):
+        node = node.band_member_set_coincident(pos, coincident[i])
+    return node
+
+
+def member_vars(node) -> dict:
+    """Statement name -> for each band member, the index (position in the statement's
+    tuple) it schedules, when the member is exactly one index variable, else None."""
+    out = {}
+    umap = node.band_get_partial_schedule_union_map()
+
+    def one(m):
+        name = m.get_tuple_name(isl.dim_type.in_)
+        n_in = m.dim(isl.dim_type.in_)
+        vars_ = []
+        pma = isl.PwMultiAff.from_map(m)
+        for k in range(m.dim(isl.dim_type.out)):
+            pa = pma.get_pw_aff(k)
+            pieces = []
+            pa.foreach_piece(lambda s, a: pieces.append(a))
+            found = None
+            if len(pieces) == 1:
+                a = pieces[0]
+                coefs = [a.get_coefficient_val(isl.dim_type.in_, d).to_python()
+                         for d in range(n_in)]
+                if sorted(coefs) == [0] * (n_in - 1) + [1] and \
+                        a.get_constant_val().to_python() == 0:
+                    found = coefs.index(1)
+            vars_.append(found)
+        out[name] = vars_
+
+    umap.foreach_map(one)
+    return out
+
+
+def statements_below(node) -> list:
+    """Names of the statements whose instances reach ``node``."""
+    names = []
+    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+    return names
