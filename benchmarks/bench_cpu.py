@@ -118,11 +118,12 @@ def groupnorm(float(N,G,CG,H,W) X, float(G,CG) gamma, float(G,CG) beta) -> (Y) {
 }"""
 
 # Y(m, i0, i1) = sum_{j0, j1} W0(i0, j0) W1(i1, j1) X(m, j0, j1), factored as TC's
-# kronecker benchmarks are (one contraction per factor)
+# kronecker benchmarks are (one contraction per factor); j0/j1 are Bessel builtins in TC,
+# so the summed indices are b0/b1
 KRON2 = """
 def kron2(float(I0,J0) W0, float(I1,J1) W1, float(M,J0,J1) X) -> (Y) {
-    T(m, i0, j1) +=! W0(i0, j0) * X(m, j0, j1)
-    Y(m, i0, i1) +=! T(m, i0, j1) * W1(i1, j1)
+    T(m, i0, b1) +=! W0(i0, b0) * X(m, b0, b1)
+    Y(m, i0, i1) +=! T(m, i0, b1) * W1(i1, b1)
 }"""
 
 MM2 = """
@@ -289,7 +290,8 @@ def benches() -> list:
         lambda r: [f32(r, 16, 8, 8, 32, 32), f32(r, 8, 8), f32(r, 8, 8)],
         ["X", "gamma", "beta"], _groupnorm_numpy,
         lambda X, g, bb: _tnn().group_norm(X.reshape(X.shape[0], -1, *X.shape[3:]),
-                                           X.shape[1], g.reshape(-1), bb.reshape(-1), 1e-5),
+                                           X.shape[1], g.reshape(-1), bb.reshape(-1),
+                                           1e-5).reshape(X.shape),
         _onnx_groupnorm, lambda X, g, bb: 8 * X.size, membound=True,
         sizes="16x64x32x32, 8 groups"))
     b.append(Bench(
@@ -344,10 +346,18 @@ def benches() -> list:
 
 # --- contenders -------------------------------------------------------------------------
 
-def have(module: str) -> bool:
-    import importlib.util
+_HAVE: dict = {}
 
-    return importlib.util.find_spec(module) is not None
+
+def have(module: str) -> bool:
+    """Whether ``module`` imports (torch and onnxruntime are optional)."""
+    if module not in _HAVE:
+        try:
+            __import__(module)
+            _HAVE[module] = True
+        except Exception:  # noqa: BLE001 -- ImportError, or a broken install
+            _HAVE[module] = False
+    return _HAVE[module]
 
 
 def as_tuple(x):
@@ -585,6 +595,7 @@ def main(argv=None):
     else:
         versions.append("onnxruntime not installed")
 
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     peak = common.measure_peak(threads)
     print(f"polytc CPU benchmark: {common.cpu_model()}, {threads} threads for every library")
     if peak and "gflops" in peak:
@@ -617,6 +628,11 @@ def main(argv=None):
           "traffic: inputs + outputs once) are polytc's (the faster of default and tuned)")
     for n in notes:
         print("note: " + n)
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if max(load0, load1) > 0.5:
+        print(f"warning: load average {load0:.1f} before, {load1:.1f} after (this run's own "
+              f"load included) on {os.cpu_count()} CPUs: if other processes were running, "
+              f"the times are noisy")
     print(f"total {time.perf_counter() - t_start:.0f}s")
     return 0
 

@@ -7,13 +7,17 @@ sub-millisecond kernels, so timer resolution and call jitter do not dominate) an
 samples to take (fewer for slow contenders), then takes the samples round-robin: in each
 round every contender runs once, in an order that rotates from round to round, so a
 noisy period of the machine (other processes, frequency changes) hits all contenders
-alike rather than one of them.  The result per contender is the median sample.
+alike rather than one of them.  Before each sample it waits until the thread pools of
+the previous contender have stopped spinning (``settle``): OpenBLAS and onnxruntime keep
+a core busy for ~0.1 s after a call, which on a 2-core machine would slow down whichever
+contender comes next.  The result per contender is the median sample.
 """
 from __future__ import annotations
 
 import math
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -58,6 +62,27 @@ def samples_for(one_call: float, repeats: int, slow: float = 1.0, slow_repeats: 
     return max(1, n)
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process, all threads."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def settle(max_wait: float = 0.3, window: float = 0.005, idle: float = 0.1) -> float:
+    """Sleep until this process's other threads are quiet: thread pools keep spinning
+    after a call (OpenBLAS ~0.15 s on one core, onnxruntime ~0.1 s, libgomp a few ms),
+    and on a small machine a pool left spinning slows whichever contender runs next.
+    Returns once a ``window`` passes with under ``idle`` cores busy, or after
+    ``max_wait`` seconds; the seconds waited."""
+    t_start = time.perf_counter()
+    while True:
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        time.sleep(window)
+        t1 = time.perf_counter()
+        if (cpu_seconds() - c0) / (t1 - t0) < idle or t1 - t_start >= max_wait:
+            return t1 - t_start
+
+
 def time_once(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -66,7 +91,8 @@ def time_once(fn) -> float:
 
 def time_interleaved(contenders: dict, repeats: int, *, min_sample: float = 0.01,
                      slow: float = 1.0, slow_repeats: int = 3,
-                     budget: float | None = None, warm: bool = False) -> dict:
+                     budget: float | None = None, warm: bool = False,
+                     quiet: bool = True) -> dict:
     """Time each ``name -> callable`` in ``contenders`` round-robin; returns name -> Timing.
 
     ``warm=True`` says every callable has already run once (skips the warm-up call).
@@ -74,12 +100,16 @@ def time_interleaved(contenders: dict, repeats: int, *, min_sample: float = 0.01
     (``calls_per_sample``) and the sample count (``samples_for``); when that call took
     over ``slow`` seconds it is kept as the first sample.  Rounds run until every
     contender has its count; a contender that has its count sits the later rounds out.
+    ``quiet``: before each sample wait for the previous contender's threads to stop
+    spinning (``settle``).
     """
     timings = {name: Timing() for name in contenders}
     plan = {}
     for name, fn in contenders.items():
         if not warm:
             timings[name].first = time_once(fn)
+        if quiet:
+            settle()
         one = time_once(fn)
         timings[name].inner = calls_per_sample(one, min_sample)
         plan[name] = samples_for(one, repeats, slow, slow_repeats, budget)
@@ -93,6 +123,8 @@ def time_interleaved(contenders: dict, repeats: int, *, min_sample: float = 0.01
             if len(timings[name].samples) >= plan[name]:
                 continue
             fn, inner = contenders[name], timings[name].inner
+            if quiet:
+                settle()
             t0 = time.perf_counter()
             for _ in range(inner):
                 fn()

@@ -387,6 +387,14 @@ VOCAB = (
     "@", "&", "|", "^", "~", "#", "\n", "$", "'", '"', "\\", "é", "\t", "[", "]",
 )
 _OPS = ("=", "+=!", "*=!", "max=!", "min=!", "+=", "*=", "max=", "min=")
+#: tokens of the same kind, for replacements that keep the text parseable more often
+_SIMILAR = (
+    ("A", "B", "C", "T0", "T1", "T2", "O", "M", "N", "K", "i", "j", "k", "l", "exp", "fabs",
+     "max", "min", "float", "int32", "where", "foo", "pow"),
+    ("0", "1", "2", "3", "-1", "0.5", "2.0", "1e3", "1e40", "0x10", "4294967296"),
+    ("+", "-", "*", "/", "%", "<", ">", "==", "!=", "&&", "||"),
+    _OPS,
+)
 
 
 def tokens(src: str) -> list:
@@ -395,17 +403,17 @@ def tokens(src: str) -> list:
 
 @st.composite
 def mutations(draw, src: str):
-    """``src`` with 1-4 random token edits (delete, duplicate, swap, replace, change an
+    """``src`` with 1-3 random token edits (delete, duplicate, swap, replace, change an
     operator, rename)."""
     toks = tokens(src)
-    n = draw(st.integers(1, 4))
+    n = draw(st.integers(1, 3))
     for _ in range(n):
         real = [i for i, t in enumerate(toks) if not t.isspace()]
         if not real:
             break
         i = draw(st.sampled_from(real))
-        how = draw(st.sampled_from(["delete", "duplicate", "swap", "replace", "replace",
-                                    "op", "rename", "truncate"]))
+        how = draw(st.sampled_from(["similar"] * 4 + ["op", "rename"] * 2 +
+                                   ["delete", "duplicate", "swap", "replace", "truncate"]))
         if how == "delete":
             del toks[i]
         elif how == "duplicate":
@@ -415,6 +423,12 @@ def mutations(draw, src: str):
             toks[i], toks[j] = toks[j], toks[i]
         elif how == "replace":
             toks[i] = draw(st.sampled_from(VOCAB))
+        elif how == "similar":
+            group = next((g for g in _SIMILAR if toks[i] in g), None)
+            if group is None:
+                group = _SIMILAR[0] if re.fullmatch(r"[A-Za-z_]\w*", toks[i]) else \
+                    _SIMILAR[1] if toks[i][:1].isdigit() else _SIMILAR[2]
+            toks[i] = draw(st.sampled_from(group))
         elif how == "op":
             ops = [k for k in real if toks[k] in _OPS]
             if ops:

@@ -75,7 +75,7 @@ class Promotion:
             kids = [lst.get_at(i) for i in range(lst.n_ast_node())]
         for k in kids:
             inner = None
-            if k.get_type() == T.mark and k.mark_get_id().get_name() == "simd":
+            if k.get_type() == T.mark and k.mark_get_id().get_name().startswith("simd:"):
                 inner = k.mark_get_node()
                 if inner.get_type() != T.for_ or inner.for_get_body().get_type() != T.user:
                     return None
@@ -187,17 +187,22 @@ class CEmitter:
                 out += self.node(kids.get_at(i), pragma)
             return out
         if t == T.mark:
-            name = n.mark_get_id().get_name()
-            if name == "promote":
+            kind, _, depth = n.mark_get_id().get_name().partition(":")
+            if kind == "promote":
                 promoted = Promotion(self, n.mark_get_node()).emit()
                 if promoted is not None:
                     return promoted
-            return self.node(n.mark_get_node(), pragma=self.pragma(name))
+            text = self.pragma(kind)
+            return self.node(n.mark_get_node(), pragma=(text, f"c{depth}") if text else None)
         if t == T.for_:
             it, header = self.for_header(n)
             body = c.Block(self.node(n.for_get_body()))
             loop = c.For(*header, body)
-            return [c.Pragma(pragma), loop] if pragma else [loop]
+            # a mark applies to the loop of its schedule dimension; when isl dropped
+            # that loop (one iteration), to no loop at all
+            if pragma and it == pragma[1]:
+                return [c.Pragma(pragma[0]), loop]
+            return [loop]
         if t == T.if_:
             cond = isl_expr(n.if_get_cond())
             then = c.Block(self.node(n.if_get_then_node(), pragma))

@@ -13,13 +13,18 @@ class Dependences:
     raw: isl.UnionMap  # flow: write -> read
     war: isl.UnionMap  # anti: read -> write
     waw: isl.UnionMap  # output: write -> write
+    #: validity with the self-dependences of reductions relaxed (see ``relax``)
+    relaxed: isl.UnionMap = None
 
     @property
     def validity(self) -> isl.UnionMap:
         return self.raw.union(self.war).union(self.waw)
 
     def __str__(self):
-        return f"RAW: {self.raw}\nWAR: {self.war}\nWAW: {self.waw}"
+        out = f"RAW: {self.raw}\nWAR: {self.war}\nWAW: {self.waw}"
+        if self.relaxed is not None:
+            out += f"\nvalidity with reductions reordered: {self.relaxed}"
+        return out
 
 
 def original_schedule(scop: Scop) -> isl.UnionMap:
@@ -47,7 +52,47 @@ def dependences(scop: Scop) -> Dependences:
             .compute_flow())
     waw = flow.get_must_dependence()
     war = flow.get_may_dependence().subtract(waw)
-    return Dependences(raw.coalesce(), war.coalesce(), waw.coalesce())
+    deps = Dependences(raw.coalesce(), war.coalesce(), waw.coalesce())
+    deps.relaxed = relax(scop, deps.validity)
+    return deps
+
+
+def reassociable(sst) -> bool:
+    """A body statement ``T(lhs) op= f(...)`` with an associative, commutative ``op``
+    whose right-hand side does not read ``T``."""
+    from ..lang import program as P
+
+    st = sst.stmt
+    return (sst.kind == "body" and st.op in ("+", "*", "min", "max") and bool(st.reduction_vars)
+            and not any(isinstance(e, P.Read) and e.tensor == st.tensor for e in P.walk(st.rhs)))
+
+
+def relax(scop: Scop, validity: isl.UnionMap) -> isl.UnionMap:
+    """Validity constraints that let the iterations of reductions run in any order, as
+    Tensor Comprehensions does: a reduction's dependences on itself are dropped and its
+    value-based dependences with other statements become memory-based ones (every
+    instance of an earlier statement touching an element precedes every reduction
+    instance updating it, and every later one follows).  The self-dependences stay
+    coincidence constraints, so a reduction loop is never made parallel."""
+    order = {s.name: (s.index, 0 if s.kind == "init" else 1) for s in scop.stmts}
+    out = validity
+    for s in scop.stmts:
+        if not reassociable(s):
+            continue
+        dom = isl.UnionSet.from_set(s.domain)
+        out = out.subtract(validity.intersect_domain(dom).intersect_range(dom))
+        target = isl.UnionSet.from_set(isl.Set.read_from_str(
+            scop.ctx, "{ " + scop._whole(s.stmt.tensor) + " }"))
+        mine = s.writes.intersect_range(target)
+        for x in scop.stmts:
+            if x is s:
+                continue
+            theirs = x.writes.union(x.reads).intersect_range(target)
+            pairs = theirs.apply_range(mine.reverse())  # x -> s on the same element
+            if pairs.is_empty():
+                continue
+            out = out.union(pairs if order[x.name] < order[s.name] else pairs.reverse())
+    return out.coalesce()
 
 
 FUSION = ("max", "preserve", "min")
@@ -70,11 +115,14 @@ MAX_OPERATIONS = 20_000_000
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> isl.Schedule:
     """isl's schedule, or program order (always legal) if isl runs out of budget."""
     configure(scop.ctx, fusion)
-    validity = deps.validity
+    validity = deps.relaxed if deps.relaxed is not None else deps.validity
+    proximity = deps.raw.union(deps.waw)
+    if deps.relaxed is not None:  # no pull towards skewing reductions
+        proximity = proximity.intersect(deps.relaxed)
     sc = (isl.ScheduleConstraints.on_domain(scop.domain)
           .set_validity(validity)
-          .set_proximity(deps.raw.union(deps.waw))
-          .set_coincidence(validity))
+          .set_proximity(proximity)
+          .set_coincidence(deps.validity))
     scop.ctx.set_max_operations(MAX_OPERATIONS)
     scop.ctx.reset_operations()
     try:
@@ -122,7 +170,7 @@ def _mark(node, inside):
                 depth += 1
             if node.band_n_member() > 1:
                 node = node.band_split(1)
-            node = node.insert_mark(isl.Id("parallel", context=node.get_ctx())).child(0)
+            node = insert_mark(node, "parallel")
             depth += 1
             inside = True
     for i in range(node.n_children()):
@@ -130,6 +178,22 @@ def _mark(node, inside):
     for _ in range(depth):
         node = node.parent()
     return node
+
+
+def insert_mark(node, kind: str):
+    """A mark ``kind:<d>`` above the band ``node``; ``d`` is the schedule dimension of the
+    band's first member, so the code generator applies the mark to that loop only (isl
+    drops loops that run once, and the mark must not slide onto a deeper loop).
+    Returns the band below the mark."""
+    name = f"{kind}:{node.get_schedule_depth()}"
+    return node.insert_mark(isl.Id(name, context=node.get_ctx())).child(0)
+
+
+def build_ast(schedule: isl.Schedule, ctx: isl.Context):
+    """The isl AST.  isl names the iterator of schedule dimension ``k`` ``c<k>``, which
+    is how the code generator finds the loop a mark belongs to."""
+    build = isl.AstBuild.from_context(isl.Set.read_from_str(ctx, "{ : }"))
+    return build.node_from_schedule(schedule)
 
 
 def schedule_tree_text(schedule: isl.Schedule) -> str:

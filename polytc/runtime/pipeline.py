@@ -88,8 +88,7 @@ def p_parallel(b: Build) -> Build:
 def p_ast(b: Build) -> Build:
     b.schedule = _schedule(b)
     b.stages["schedule"] = sched.schedule_tree_text(b.schedule)
-    build = isl.AstBuild.from_context(isl.Set.read_from_str(b.ctx, "{ : }"))
-    b.ast = build.node_from_schedule(b.schedule)
+    b.ast = sched.build_ast(b.schedule, b.ctx)
     b.stages["ast"] = b.ast.to_C_str()
     return b
 

@@ -72,7 +72,70 @@ class Tiler:
 
     # --- traversal -----------------------------------------------------------------
     def run(self, schedule):
+        while True:  # splitting splices filters into parent sequences: restart each time
+            node = self.find_split(schedule.get_root())
+            if node is None:
+                break
+            schedule = node.get_schedule()
         return self.visit(schedule.get_root()).get_schedule()
+
+    def facts(self, node):
+        names = T.statements_below(node)
+        ssts = [self.by_name[n] for n in names]
+        n = node.band_n_member()
+        coinc = [node.band_member_get_coincident(i) for i in range(n)]
+        return ssts, T.member_vars(node), coinc
+
+    def contraction_of(self, node, ssts, mv, coinc):
+        """The one reduction statement a tileable band contracts, or None."""
+        if self.options.tile == () or not node.band_get_permutable() or all(coinc) \
+                or not any(coinc):
+            return None
+        found = [s for s in ssts if s.kind == "body" and s.stmt.op is not None and
+                 all(v is not None for v in mv[s.name])]
+        return found[0] if len(found) == 1 else None
+
+    def find_split(self, node):
+        """Split the first band (top-down) that needs it; the new tree's root, or None."""
+        if node.get_type() == isl.schedule_node_type.band:
+            groups = self.split_groups(node)
+            if groups:
+                for g in groups[:-1]:
+                    node = node.order_before(self.filter_of(g))
+                self.report.append(("split", [[s.name for s in g] for g in groups]))
+                return node.root()
+        for i in range(node.n_children()):
+            found = self.find_split(node.child(i))
+            if found is not None:
+                return found
+        return None
+
+    def split_groups(self, node):
+        """Groups of statements, in program order, to distribute the band over (always
+        legal: a statement depends on a later one only through loops both share, and
+        cutting the band only serialises): a contraction is cut from the statements
+        around it, and the init of a reduction from the reduction."""
+        ssts, mv, coinc = self.facts(node)
+        if len(ssts) < 2:
+            return None
+        ordered = sorted(ssts, key=_program_order)
+        main = self.contraction_of(node, ssts, mv, coinc)
+        if main is not None:
+            groups = [[s for s in ordered if s.index < main.index],
+                      [s for s in ordered if s.index == main.index and s.kind == "init"],
+                      [main], [s for s in ordered if s.index > main.index]]
+        elif any(s.kind == "init" for s in ssts) and not all(coinc) and \
+                any(s.kind == "body" for s in ssts):
+            groups = [[]]
+            for st in ordered:
+                if st.kind == "init":
+                    groups += [[st], []]
+                else:
+                    groups[-1].append(st)
+        else:
+            return None
+        groups = [g for g in groups if g]
+        return groups if len(groups) > 1 else None
 
     def visit(self, node):
         if node.get_type() == isl.schedule_node_type.band:
@@ -83,40 +146,12 @@ class Tiler:
 
     def band(self, node):
         depth = node.get_tree_depth()
-        names = T.statements_below(node)
-        ssts = [self.by_name[n] for n in names]
-        mv = T.member_vars(node)
-        n = node.band_n_member()
-        coinc = [node.band_member_get_coincident(i) for i in range(n)]
-        bodies = [s for s in ssts if s.kind == "body"]
-        reduction = [m for m in range(n) if not coinc[m]]
-        if (self.options.tile != () and node.band_get_permutable() and reduction
-                and sum(coinc) >= 1 and bodies):
-            contraction = [s for s in bodies if s.stmt.op is not None and
-                           all(v is not None for v in mv[s.name])]
-            if contraction and len(contraction) == 1:
-                main = contraction[0]
-                if len(ssts) > 1:
-                    ordered = sorted(ssts, key=_program_order)
-                    here = [s for s in ordered if s.index == main.index]
-                    node = self.split(node, [
-                        [s for s in ordered if s.index < main.index],
-                        [s for s in here if s.kind == "init"], [main],
-                        [s for s in ordered if s.index > main.index]])
-                    return self.climb(node, depth)
-                node = self.contraction(node, main, mv[main.name], coinc)
-                return self.climb(node, depth)
-        # split inits out of bands whose reduction member they do not have
-        inits = [s for s in ssts if s.kind == "init"]
-        if inits and reduction and len(inits) < len(ssts):
-            groups = [[]]
-            for st in sorted(ssts, key=_program_order):
-                if st.kind == "init":
-                    groups += [[st], []]
-                else:
-                    groups[-1].append(st)
-            node = self.split(node, groups)
-            return self.climb(node, depth)
+        ssts, mv, coinc = self.facts(node)
+        main = self.contraction_of(node, ssts, mv, coinc)
+        if main is not None and len(ssts) == 1:
+            tiled = self.contraction(node, main, mv[main.name], coinc)
+            if tiled is not None:
+                return self.climb(tiled, depth)
         inner = self.innermost(node)
         for i in range(node.n_children()):
             node = self.visit(node.child(i)).parent()
@@ -147,18 +182,6 @@ class Tiler:
             out = out.union(isl.UnionSet.from_set(s.domain))
         return out
 
-    def split(self, node, groups):
-        """Distribute the band over ``groups`` of statements, in order.  Groups follow
-        program order, which is always legal: a statement never depends on a later one
-        except through a loop both share, and cutting the band only serialises."""
-        groups = [g for g in groups if g]
-        depth = node.get_tree_depth()
-        for g in groups[:-1]:
-            node = node.order_before(self.filter_of(g))
-        node = self.climb(node, depth)
-        self.report.append(("split", [[s.name for s in g] for g in groups]))
-        return self.visit(node)
-
     # --- contractions ----------------------------------------------------------------
     def contraction(self, node, sst, vars_, coinc):
         n = len(coinc)
@@ -167,13 +190,13 @@ class Tiler:
         red = [m for m in range(n) if not coinc[m]]
         j = next((m for m in par if vars_[m] == j_var), None)
         if j is None:
-            return self.plain(node, sst)
+            return None
         reads = [e for e in _reads(sst.stmt.rhs)]
         # i: a parallel member some read does not depend on (register reuse), largest
         cands = [m for m in par if m != j and any(
             sst.vars[vars_[m]] not in _index_names(r) for r in reads)]
         if not cands:
-            return self.plain(node, sst)
+            return None
         i = max(cands, key=lambda m: self.extent(sst, vars_[m]))
         outer = [m for m in par if m not in (i, j)]
         order = outer + [i, j] + red
@@ -194,7 +217,6 @@ class Tiler:
         cache = [1] * len(outer) + [ti, tj] + [
             tk if r == k_big else ext[len(outer) + 2 + r] for r in range(len(red))]
         cache = [min(c, e) if e > 0 else c for c, e in zip(cache, ext)]
-        cache[len(outer)] = _round_up(cache[len(outer)], min(mr, cache[len(outer)]))
         node = T.tile(node, cache)
         node = T.isolate_full_tiles(node, cache)
         point = node.child(0)
@@ -212,10 +234,6 @@ class Tiler:
         self.report.append(("contraction", sst.name, {"order": order, "cache": cache,
                                                      "register": reg}))
         return inner
-
-    def plain(self, node, sst):
-        self.report.append(("no-register-tile", sst.name))
-        return node
 
     # --- innermost loops -------------------------------------------------------------
     def mark_inner(self, node, ssts, mv, coinc):

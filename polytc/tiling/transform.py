@@ -5,9 +5,12 @@ from __future__ import annotations
 import islpy as isl
 
 
-def mark(node, name: str):
-    """A mark node named ``name`` above ``node``; returns the node below the mark."""
-    return node.insert_mark(isl.Id(name, context=node.get_ctx())).child(0)
+def mark(node, kind: str):
+    """A mark above the band ``node`` (see ``poly.schedule.insert_mark``); returns the
+    band below the mark."""
+    from ..poly.schedule import insert_mark
+
+    return insert_mark(node, kind)
 
 
 def multi_val(node, values):
