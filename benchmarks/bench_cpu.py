@@ -23,7 +23,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,7 +50,6 @@ class Bench:
     repeats: int | None = None  # at most this many samples (large naive kernels)
     quick: bool = True          # part of --quick
     sizes: str = ""
-    notes: list = field(default_factory=list)
 
 
 def f32(rng, *shape, scale=1.0):
@@ -305,37 +304,42 @@ def benches() -> list:
         lambda W0, W1, X: 2 * X.shape[0] * W0.shape[0] * X.shape[1] * X.shape[2]
         + 2 * X.shape[0] * W0.shape[0] * X.shape[2] * W1.shape[0],
         sizes="M=256, 32x32 factors"))
-    n = 1024
+    n = 1024  # (every lambda below binds its n as a default: n changes further down)
     b.append(Bench(
         "2mm", MM2,
-        lambda r: [scalar(1.5), scalar(1.2), f32(r, n, n, scale=1 / 32), f32(r, n, n),
-                   f32(r, n, n, scale=1 / 32), f32(r, n, n)],
+        lambda r, n=n: [scalar(1.5), scalar(1.2), f32(r, n, n, scale=1 / 32), f32(r, n, n),
+                        f32(r, n, n, scale=1 / 32), f32(r, n, n)],
         ["alpha", "beta", "A", "B", "C", "D"],
         lambda al, be, A, B, C, D: (al * (A @ B)) @ C + be * D,
         lambda al, be, A, B, C, D: _t().addmm(be * D, al * (A @ B), C),
         lambda *a: ([_node("MatMul", ["A", "B"], ["AB"]), _node("Mul", ["AB", "alpha"], ["T"]),
                      _node("MatMul", ["T", "C"], ["TC"]), _node("Mul", ["D", "beta"], ["bD"]),
                      _node("Add", ["TC", "bD"], ["Y0"])], 18),
-        lambda al, be, A, B, C, D: 2 * n ** 3 * 2 + 3 * n * n,
+        lambda al, be, A, B, C, D: (2 * A.shape[0] * A.shape[1] * B.shape[1]
+                                    + 2 * A.shape[0] * B.shape[1] * C.shape[1]
+                                    + 3 * D.size),
         sizes="NI=NJ=NK=NL=1024"))
     b.append(Bench(
-        "3mm", MM3, lambda r: [f32(r, n, n, scale=1 / 32) for _ in range(4)],
+        "3mm", MM3, lambda r, n=n: [f32(r, n, n, scale=1 / 32) for _ in range(4)],
         ["A", "B", "C", "D"],
         lambda A, B, C, D: (A @ B) @ (C @ D),
         lambda A, B, C, D: (A @ B) @ (C @ D),
         lambda *a: ([_node("MatMul", ["A", "B"], ["E"]), _node("MatMul", ["C", "D"], ["F"]),
                      _node("MatMul", ["E", "F"], ["Y0"])], 18),
-        lambda *a: 3 * 2 * n ** 3, sizes="all 1024"))
+        lambda A, B, C, D: 2 * (A.shape[0] * A.shape[1] * B.shape[1]
+                                + C.shape[0] * C.shape[1] * D.shape[1]
+                                + A.shape[0] * B.shape[1] * D.shape[1]),
+        sizes="all 1024"))
     n = 2048
     b.append(Bench(
-        "atax", ATAX, lambda r: [f32(r, n, n, scale=1 / 45), f32(r, n)], ["A", "x"],
+        "atax", ATAX, lambda r, n=n: [f32(r, n, n, scale=1 / 45), f32(r, n)], ["A", "x"],
         lambda A, x: (A @ x) @ A,
         lambda A, x: (A @ x) @ A,
         lambda *a: ([_node("MatMul", ["A", "x"], ["T"]), _node("MatMul", ["T", "A"], ["Y0"])],
                     18),
         lambda A, x: 4 * A.size, membound=True, sizes="M=N=2048"))
     b.append(Bench(
-        "bicg", BICG, lambda r: [f32(r, n, n), f32(r, n), f32(r, n)], ["A", "r", "p"],
+        "bicg", BICG, lambda r, n=n: [f32(r, n, n), f32(r, n), f32(r, n)], ["A", "r", "p"],
         lambda A, rr, p: (rr @ A, A @ p),
         lambda A, rr, p: (rr @ A, A @ p),
         lambda *a: ([_node("MatMul", ["r", "A"], ["Y0"]), _node("MatMul", ["A", "p"], ["Y1"])],
@@ -391,7 +395,7 @@ def check(out, ref) -> str | None:
 
 def onnx_session(bench, arrays, refs, threads):
     import onnxruntime as ort
-    from onnx import helper, numpy_helper  # noqa: F401
+    from onnx import helper
 
     nodes, opset = bench.onnx(*arrays)
     ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
@@ -541,7 +545,7 @@ def run_bench(bench, args, threads, rng, notes):
     row.append(common.fmt_num(nbytes / poly * 1e-9)
                if bench.membound and math.isfinite(poly) else "")
     samples = {c: len(t.samples) for c, t in timings.items()}
-    if len(set(samples.values())) > 1:
+    if any(n != args.repeats for n in samples.values()):
         notes.append(f"{bench.name}: samples per column "
                      + ", ".join(f"{c} {n}" for c, n in samples.items()))
     return row
@@ -597,10 +601,11 @@ def main(argv=None):
 
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     peak = common.measure_peak(threads)
-    print(f"polytc CPU benchmark: {common.cpu_model()}, {threads} threads for every library")
+    nthr = f"{threads} thread{'s' if threads != 1 else ''}"
+    print(f"polytc CPU benchmark: {common.cpu_model()}, {nthr} for every library")
     if peak and "gflops" in peak:
         print(f"fp32 peak (benchmarks/peak.c, {peak['vector_bits']}-bit FMA x "
-              f"{peak['chains']} chains x {peak['threads']} threads): "
+              f"{peak['chains']} chains x {nthr}): "
               f"{peak['gflops']:.0f} GFLOP/s")
     else:
         print(f"fp32 peak: not measured ({(peak or {}).get('error')})")

@@ -81,7 +81,8 @@ class Span:
         end_line, _ = self.source.line_col(max(self.start, self.end - 1))
         width = max(1, (self.end - self.start) if end_line == line else len(text) - col + 1)
         width = min(width, max(1, len(text) - col + 1))
-        caret = " " * (col - 1) + "^" + "~" * (width - 1)
+        pad = "".join(ch if ch == "\t" else " " for ch in text[:col - 1])  # keep tabs
+        caret = pad + "^" + "~" * (width - 1)
         return f"    {text}\n    {caret}"
 
     def __eq__(self, other):  # spans never take part in program equality

@@ -37,6 +37,10 @@ class Options:
     #: ``omp simd`` on unit-stride parallel inner loops, vectorised ``+``/``*``
     #: reductions (which reassociate floating-point sums, as every BLAS does)
     vectorize: bool = True
+    #: let the C compiler fuse ``a * b + c`` into one multiply-add (one rounding instead of
+    #: two, as GNU C does by default); ``False`` gives bit-exact separate roundings at
+    #: half the multiply-add throughput
+    fp_contract: bool = True
     #: passes to skip by name (see ``polytc.runtime.pipeline.PASSES``)
     disable: tuple = ()
 

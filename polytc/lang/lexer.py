@@ -91,6 +91,9 @@ def _number(text: str, pos: int, source: Source) -> Token | None:
     except ValueError:  # more digits than Python converts
         raise TCSyntaxError(f"integer literal of {len(s)} digits is too large", span,
                             "an integer literal must fit in 64 bits") from None
+    if value >= 1 << 64:
+        raise TCSyntaxError(f"integer literal {s} is too large", span,
+                            "an integer literal must fit in 64 bits")
     return Token("number", s, span, value, False)
 
 

@@ -223,6 +223,9 @@ class _Parser:
                 hint = "separate the clauses of one 'where' with ','"
             elif self.cur.kind in TYPE_KEYWORDS:
                 hint = "temporaries need no declaration: just assign to them"
+            if self.cur.kind == "eof":
+                self.error("the definition is not closed: expected '}' but found end of input",
+                           hint="end the definition's statements with '}'")
             self.error(f"expected a statement but found {self.cur.describe()}", hint=hint)
         name = self.next()
         indices = []

@@ -207,9 +207,16 @@ class StatementChecker:
         if t is None:
             if e.tensor in self.fn.builtins:
                 raise TCSemanticError(f"'{e.tensor}' is a built-in function", e.span)
+            import difflib
+
+            known = list(self.fn.tensors) + list(self.fn.builtins)
+            close = difflib.get_close_matches(e.tensor, known, n=3)
             raise UndefinedNameError(
-                f"undefined tensor '{e.tensor}'", e.name_span or e.span,
-                hint="tensors must be parameters, or written by an earlier statement")
+                f"'{e.tensor}' is neither a tensor nor a builtin function",
+                e.name_span or e.span,
+                hint=(f"did you mean {', '.join(repr(c) for c in close)}? " if close else "")
+                + "tensors must be parameters or written by an earlier statement; the "
+                "builtins are listed in docs/language.md")
         if len(e.indices) != t.rank:
             raise TCSemanticError(
                 f"'{e.tensor}' has {t.rank} dimension{'s' * (t.rank != 1)} but is indexed "
@@ -354,8 +361,10 @@ class FunctionChecker:
         for w in st.where:
             if isinstance(w, A.LetClause):
                 self.check_name(w.var, w.span, "let")
-                if w.var in c.lhs or w.var in self.sizes or w.var in self.tensors:
-                    raise TCSemanticError(f"'{w.var}' is already defined", w.span)
+                if w.var in c.lhs or w.var in self.sizes or w.var in self.tensors \
+                        or w.var in c.lets:
+                    raise TCSemanticError(f"'{w.var}' is already defined", w.span,
+                                          hint="give each let its own name")
                 c.lets[w.var] = c.expr(w.value)
             elif isinstance(w, A.ExistsClause):
                 c.expr(w.expr)

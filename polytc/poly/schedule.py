@@ -122,7 +122,7 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") ->
     sc = (isl.ScheduleConstraints.on_domain(scop.domain)
           .set_validity(validity)
           .set_proximity(proximity)
-          .set_coincidence(deps.validity))
+          .set_coincidence(validity))
     scop.ctx.set_max_operations(MAX_OPERATIONS)
     scop.ctx.reset_operations()
     try:
@@ -133,7 +133,61 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") ->
 
         config.log(1, f"isl scheduler gave up ({e}); using program order")
     scop.ctx.set_max_operations(0)
-    return schedule if schedule is not None else program_order(scop)
+    if schedule is None:
+        return program_order(scop)
+    return reduction_members_serial(schedule, scop)
+
+
+def member_coefficients(node) -> dict:
+    """Statement name -> for each member of the band ``node``: ``(coefficients of the
+    statement's indices, constant)`` when the member is one affine piece, else None."""
+    out = {}
+
+    def one(m):
+        n_in = m.dim(isl.dim_type.in_)
+        pma = isl.PwMultiAff.from_map(m)
+        members = []
+        for k in range(m.dim(isl.dim_type.out)):
+            pieces = []
+            pma.get_pw_aff(k).foreach_piece(lambda _s, a: pieces.append(a))
+            if len(pieces) != 1:
+                members.append(None)
+                continue
+            a = pieces[0]
+            members.append(([a.get_coefficient_val(isl.dim_type.in_, d).to_python()
+                             for d in range(n_in)], a.get_constant_val().to_python()))
+        out[m.get_tuple_name(isl.dim_type.in_)] = members
+
+    node.band_get_partial_schedule_union_map().foreach_map(one)
+    return out
+
+
+def reduction_members_serial(schedule: isl.Schedule, scop: Scop) -> isl.Schedule:
+    """Clear the coincident flag of band members that move a reorderable reduction along
+    one of its reduction indices: such a loop updates the same element in different
+    iterations, so it is not parallel (the scheduler did not see those dependences)."""
+    by_name = {s.name: s for s in scop.stmts}
+
+    def fix(node):
+        if node.get_type() == isl.schedule_node_type.band:
+            coefs = member_coefficients(node)
+            for m in range(node.band_n_member()):
+                if not node.band_member_get_coincident(m):
+                    continue
+                for name, members in coefs.items():
+                    s = by_name[name]
+                    if not reassociable(s):
+                        continue
+                    red = [d for d, v in enumerate(s.vars) if v in s.stmt.reduction_vars]
+                    c = members[m]
+                    if c is None or any(c[0][d] for d in red):
+                        node = node.band_member_set_coincident(m, 0)
+                        break
+        for i in range(node.n_children()):
+            node = fix(node.child(i)).parent()
+        return node
+
+    return fix(schedule.get_root()).get_schedule()
 
 
 def program_order(scop: Scop) -> isl.Schedule:

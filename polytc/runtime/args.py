@@ -26,6 +26,9 @@ def as_arrays(program: P.Program, args) -> list:
                     f"input '{t.name}' of {program.name} has dtype {a.dtype} but is declared "
                     f"{t.dtype} ({want})", t.span, hint=f"pass {t.name}.astype(np.{want})")
             arr = a
+        elif t.rank == 0 and isinstance(a, (complex, np.complexfloating)):
+            raise ArgumentError(f"input '{t.name}' is {t.dtype} but got the complex {a!r}",
+                                t.span)
         elif t.rank == 0 and isinstance(a, (bool, int, float, np.generic)):
             if isinstance(a, float) and not t.dtype.is_float:
                 raise ArgumentError(f"input '{t.name}' is {t.dtype} but got the float {a!r}",

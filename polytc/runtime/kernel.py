@@ -152,7 +152,10 @@ class Kernel:
         except AttributeError:  # not all numpy arrays (Python scalars for 0-d inputs)
             ck = None
         if ck is not None and out is None:
-            return ck.run(args)
+            try:
+                return ck.run(args)
+            except PolytcError as e:  # a fault detected by the kernel
+                raise e.with_traceback(None) from None
         return self._call_slow(args, out)
 
     @user_boundary

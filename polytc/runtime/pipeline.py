@@ -96,6 +96,8 @@ def p_ast(b: Build) -> Build:
 def p_codegen_c(b: Build) -> Build:
     em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize)
     b.code = em.function(b.ast, FUNCTION_NAME)
+    if not b.options.fp_contract:
+        b.code = '#pragma GCC optimize ("fp-contract=off")\n' + b.code
     b.sites = em.sites
     b.stages["c"] = b.code
     return b

@@ -68,31 +68,16 @@ def permute(node, order):
 
 def member_vars(node) -> dict:
     """Statement name -> for each band member, the index (position in the statement's
-    tuple) it schedules, when the member is exactly one index variable, else None."""
+    tuple) it schedules, when the member is exactly that one index, else None."""
+    from ..poly.schedule import member_coefficients
+
     out = {}
-    umap = node.band_get_partial_schedule_union_map()
-
-    def one(m):
-        name = m.get_tuple_name(isl.dim_type.in_)
-        n_in = m.dim(isl.dim_type.in_)
-        vars_ = []
-        pma = isl.PwMultiAff.from_map(m)
-        for k in range(m.dim(isl.dim_type.out)):
-            pa = pma.get_pw_aff(k)
-            pieces = []
-            pa.foreach_piece(lambda s, a: pieces.append(a))
-            found = None
-            if len(pieces) == 1:
-                a = pieces[0]
-                coefs = [a.get_coefficient_val(isl.dim_type.in_, d).to_python()
-                         for d in range(n_in)]
-                if sorted(coefs) == [0] * (n_in - 1) + [1] and \
-                        a.get_constant_val().to_python() == 0:
-                    found = coefs.index(1)
-            vars_.append(found)
-        out[name] = vars_
-
-    umap.foreach_map(one)
+    for name, members in member_coefficients(node).items():
+        found = []
+        for c in members:
+            ok = c is not None and c[1] == 0 and sorted(c[0]) == [0] * (len(c[0]) - 1) + [1]
+            found.append(c[0].index(1) if ok else None)
+        out[name] = found
     return out
 
 
