@@ -19,6 +19,7 @@ from .diagnostics import (ArgumentError, CompilationError, InternalError,  # noq
                           UnsupportedError, user_boundary)
 from .options import Options  # noqa: F401
 from .runtime.kernel import CompiledKernel, Kernel  # noqa: F401
+from .tiling.autotune import autotune  # noqa: F401
 
 
 def _programs(defs, source):

@@ -8,6 +8,8 @@
 ``POLYTC_CC``           the C compiler (default ``gcc``)
 ``POLYTC_CFLAGS``       extra flags appended to the C compiler's command line
 ``POLYTC_NUM_THREADS``  OpenMP threads for kernels (default: ``OMP_NUM_THREADS`` or all)
+``POLYTC_NO_TUNING_CACHE`` ``1``: kernels created without options ignore the options
+                        ``polytc.autotune`` stored (it still stores them)
 =====================  ===========================================================
 """
 from __future__ import annotations
@@ -27,6 +29,10 @@ def cache_dir() -> str:
 
 def disk_cache_enabled() -> bool:
     return os.environ.get("POLYTC_NO_DISK_CACHE", "0") not in ("1", "true", "yes")
+
+
+def tuning_cache_enabled() -> bool:
+    return os.environ.get("POLYTC_NO_TUNING_CACHE", "0") not in ("1", "true", "yes")
 
 
 def debug_level() -> int:

@@ -3,11 +3,15 @@
 ``programs()`` draws WELL-FORMED programs: every one parses, checks, compiles and runs
 without a fault for every size in ``SIZE_RANGE``:
 
-* 1-3 inputs of rank 1-3 over the sizes ``M N K`` and small constants;
+* 1-3 inputs (float, int32 or a mix) of rank 0-3 over the sizes ``M N K`` and small
+  constants;
 * 1-4 statements, each writing a fresh tensor ``T<n>`` with ``=``, ``+=!``, ``max=!``,
   ``min=!`` or ``*=!``; the right-hand side combines accesses of the inputs and of earlier
-  tensors with ``+ - *``, unary minus, ``c ? a : b`` on comparisons, ``min``/``max``,
-  ``fabs``/``exp`` and constants;
+  tensors with ``+ - *``, ``/`` (and ``%`` on integers) by positive constants, unary minus,
+  ``c ? a : b`` on comparisons, ``min``/``max``, ``fabs``/``exp``, casts, constants, and
+  indices and sizes used as values;
+* outputs are a subset of the written tensors (the rest are temporaries), some declared
+  with a type and shape;
 * subscripts are plain indices, so ranges infer, or ``i + c`` with an explicit
   ``where i in 0:D - c`` that keeps the access in bounds;
 * every index appears in some subscript, so its range infers (or is given); the indices

@@ -24,7 +24,9 @@ PRELUDE = r"""
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#define __FAST_MATH__ 1  /* only so that glibc declares its vector math (libmvec) */
 #include <math.h>
+#undef __FAST_MATH__
 #define PT_MIN(a, b) ({ __typeof__(a) _a = (a); __typeof__(b) _b = (b); _a < _b ? _a : _b; })
 #define PT_MAX(a, b) ({ __typeof__(a) _a = (a); __typeof__(b) _b = (b); _a > _b ? _a : _b; })
 static inline long pt_chk(long i, long n, int site, int *err) {
@@ -78,15 +80,13 @@ def c_type(t: ScalarType) -> str:
 
 def literal(value, t: ScalarType) -> str:
     if t.is_float:
-        v = float(value)
+        v = float(value) if t == FLOAT64 else float(np.float32(value))  # 1e40 -> inf
         if math.isnan(v):
             return "NAN" if t == FLOAT64 else "((float)NAN)"
         if math.isinf(v):
             s = "INFINITY" if v > 0 else "(-INFINITY)"
             return s if t != FLOAT64 else f"((double){s})"
-        if t == FLOAT64:
-            return repr(v)
-        return repr(float(np.float32(v))) + "f"
+        return repr(v) if t == FLOAT64 else repr(v) + "f"
     v = int(value)
     if t == BOOL:
         return "1" if v else "0"
@@ -229,5 +229,5 @@ def statement_code(sst, printer: ExprPrinter, target: str | None = None) -> str:
         if st.rhs.dtype.is_integral and st.rhs.dtype.bits < 32:
             return f"{target} = ({ct})({target} {st.op} {rhs});"
         return f"{target} {st.op}= {rhs};"
-    cmp = "<" if st.op == "min" else ">"
-    return f"{{ {ct} _v = {rhs}; if (_v {cmp} {target}) {target} = _v; }}"
+    cmp = "<" if st.op == "min" else ">"  # a ternary, so that it vectorises
+    return f"{{ {ct} _v = {rhs}; {target} = _v {cmp} {target} ? _v : {target}; }}"

@@ -30,7 +30,7 @@ PROBE_TIMEOUT_S = 60
 MAX_DIAGNOSTIC_LINES = 40
 
 _BASE_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-fwrapv",
-               "-std=gnu11"]
+               "-fno-math-errno", "-std=gnu11"]
 _LIBS = ["-lm"]
 
 _BUG_HINT = ("this is a polytc bug: generated C did not compile; "
@@ -149,7 +149,11 @@ def default_flags() -> list[str]:
                 base.remove("-march=native")
         if "-march=native" in base and _wide_vectors():
             base.insert(base.index("-march=native") + 1, "-mprefer-vector-width=512")
-        flags = base + extra + _LIBS
+        libs = list(_LIBS)
+        ok, _ = _probe_compiles(cc, base + extra + ["-lmvec"] + libs, _PLAIN_PROBE)
+        if ok:  # glibc's vector math: expf, logf, tanhf, ... on whole vectors
+            libs.insert(0, "-lmvec")
+        flags = base + extra + libs
         _memo[memo_key] = tuple(flags)
         config.log(1, f"C flags: {' '.join(flags)}")
         return list(flags)

@@ -121,12 +121,12 @@ class Promotion:
         return [c.Block(decls + pro + nest + epi)]
 
     def _simd_reduction(self, items):
-        """``omp simd reduction`` for one scalar accumulator of ``+`` or ``*``."""
+        """``omp simd reduction`` for one scalar accumulator.  ``min``/``max`` partial
+        results never hold a NaN (a NaN operand is never taken), so combining them in any
+        order gives the sequential result."""
         if len(items) != 1 or items[0][0] is not None or not self.em.vectorize:
             return None
         sst, _ = self.em.instance(items[0][1])
-        if sst.stmt.op not in ("+", "*"):
-            return None
         return f"omp simd reduction({sst.stmt.op}:pt_acc0)"
 
 
@@ -172,6 +172,11 @@ def _strip(text: str) -> str:
 class CEmitter:
     def __init__(self, scop, num_threads=None, vectorize=True):
         self.scop = scop
+        self.iters: list = []  # iterators of the loops around the node being emitted
+        self.helpers: list = []  # outlined parallel loop bodies
+        prog = scop.program
+        self.params = [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
+            [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries]
         self.vectorize = vectorize
         self.by_name = {s.name: s for s in scop.stmts}
         self.sites: list = []  # (Span, what) for every run-time check, 1-based
@@ -196,13 +201,16 @@ class CEmitter:
             return self.node(n.mark_get_node(), pragma=(text, f"c{depth}") if text else None)
         if t == T.for_:
             it, header = self.for_header(n)
-            body = c.Block(self.node(n.for_get_body()))
-            loop = c.For(*header, body)
+            self.iters.append(it)
+            inner = self.node(n.for_get_body())
+            self.iters.pop()
             # a mark applies to the loop of its schedule dimension; when isl dropped
             # that loop (one iteration), to no loop at all
             if pragma and it == pragma[1]:
-                return [c.Pragma(pragma[0]), loop]
-            return [loop]
+                if pragma[0].startswith("omp parallel"):
+                    inner = [self.outline(inner, self.iters + [it])]
+                return [c.Pragma(pragma[0]), c.For(*header, c.Block(inner))]
+            return [c.For(*header, c.Block(inner))]
         if t == T.if_:
             cond = isl_expr(n.if_get_cond())
             then = c.Block(self.node(n.if_get_then_node(), pragma))
@@ -213,6 +221,22 @@ class CEmitter:
             sst, printer = self.instance(n)
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
+
+    def outline(self, body: list, iters: list):
+        """The body of a parallel loop as a call of a static function whose pointer
+        parameters are ``restrict``: gcc passes the variables of an OpenMP region to the
+        outlined region through a struct and forgets ``restrict`` on the way, after which
+        it can neither hoist invariant loads nor vectorise calls such as ``expf``."""
+        name = f"pt_body{len(self.helpers)}"
+        params = [c.Value("long", i) for i in iters] + \
+            [c.Value("", p) for p in self.params] + [c.Value("int *restrict", "pt_err")]
+        code = [c.Statement("int err = 0")] + body + [c.If(
+            "err", c.Statement("__atomic_store_n(pt_err, err, __ATOMIC_RELAXED)"))]
+        self.helpers.append(c.FunctionBody(
+            c.FunctionDeclaration(c.Value("static __attribute__((noinline)) void", name),
+                                  params), c.Block(code)))
+        args = iters + [p.rsplit(" ", 1)[-1].lstrip("*") for p in self.params] + ["&err"]
+        return c.Statement(f"{name}({', '.join(args)})")
 
     def pragma(self, mark: str):
         if mark == "parallel":
@@ -235,27 +259,24 @@ class CEmitter:
         return sst, ExprPrinter(self.scop.shapes, self.scop.env, dict(zip(sst.vars, args)),
                                 sst.guarded, self.sites)
 
-    def function(self, ast, fname: str) -> str:
+    def function(self, ast, fname: str, zero_temps=()) -> str:
+        """The kernel: ``int fname(inputs..., outputs..., temporaries...)``.  The runtime
+        owns the temporaries (scratch buffers reused across calls); those read before
+        they are written (``zero_temps``) are cleared first."""
         prog = self.scop.program
-        params = []
-        for t in prog.inputs:
-            params.append(f"const {t.dtype.c_name} *restrict {t.name}")
-        for t in prog.outputs:
-            params.append(f"{t.dtype.c_name} *restrict {t.name}")
+        params = self.params
         body = [c.Statement("int err = 0")]
         for t in prog.temporaries:
-            n = 1
-            for d in t.shape:
-                n *= max(1, S.evaluate(d, self.scop.env))
-            body.append(c.Statement(
-                f"{t.dtype.c_name} *restrict {t.name} = calloc({n}, sizeof({t.dtype.c_name}))"))
-            body.append(c.Statement(f"if (!{t.name}) return -1"))
+            if t.name in zero_temps:
+                n = 1
+                for d in t.shape:
+                    n *= max(1, S.evaluate(d, self.scop.env))
+                body.append(c.Statement(f"memset({t.name}, 0, {n}L * sizeof({t.dtype.c_name}))"))
         body += self.node(ast)
-        for t in prog.temporaries:
-            body.append(c.Statement(f"free({t.name})"))
         body.append(c.Statement("return err"))
         fn = c.FunctionBody(c.FunctionDeclaration(c.Value("int", fname),
                                                   [c.Value("", p) for p in params] or
                                                   [c.Value("void", "")]),
                             c.Block(body))
-        return PRELUDE + div_helpers() + "\n" + str(fn) + "\n"
+        helpers = "\n\n".join(str(h) for h in self.helpers)
+        return PRELUDE + div_helpers() + "\n" + helpers + "\n\n" + str(fn) + "\n"

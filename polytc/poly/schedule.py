@@ -15,6 +15,13 @@ class Dependences:
     waw: isl.UnionMap  # output: write -> write
     #: validity with the self-dependences of reductions relaxed (see ``relax``)
     relaxed: isl.UnionMap = None
+    #: tensor elements read before any statement writes them
+    live_in: isl.UnionSet = None
+
+    def reads_before_write(self, tensor: str) -> bool:
+        names = []
+        self.live_in.foreach_set(lambda s: names.append(s.get_tuple_name()))
+        return tensor in names
 
     @property
     def validity(self) -> isl.UnionMap:
@@ -41,10 +48,12 @@ def original_schedule(scop: Scop) -> isl.UnionMap:
 
 def dependences(scop: Scop) -> Dependences:
     sched = original_schedule(scop)
-    raw = (isl.UnionAccessInfo.from_sink(scop.reads)
-           .set_must_source(scop.writes)
-           .set_schedule_map(sched)
-           .compute_flow().get_may_dependence())
+    flow_raw = (isl.UnionAccessInfo.from_sink(scop.reads)
+                .set_must_source(scop.writes)
+                .set_schedule_map(sched)
+                .compute_flow())
+    raw = flow_raw.get_may_dependence()
+    live_in = flow_raw.get_may_no_source()  # reads of values no statement wrote
     flow = (isl.UnionAccessInfo.from_sink(scop.writes)
             .set_must_source(scop.writes)
             .set_may_source(scop.reads)
@@ -53,6 +62,7 @@ def dependences(scop: Scop) -> Dependences:
     waw = flow.get_must_dependence()
     war = flow.get_may_dependence().subtract(waw)
     deps = Dependences(raw.coalesce(), war.coalesce(), waw.coalesce())
+    deps.live_in = live_in.range()
     deps.relaxed = relax(scop, deps.validity)
     return deps
 
@@ -103,7 +113,7 @@ def configure(ctx: isl.Context, fusion: str) -> None:
     ctx.set_schedule_maximize_coincidence(1)
     ctx.set_schedule_outer_coincidence(1 if fusion == "preserve" else 0)
     ctx.set_schedule_serialize_sccs(1 if fusion == "min" else 0)
-    ctx.set_schedule_whole_component(0)
+    ctx.set_schedule_whole_component(1 if fusion == "max" else 0)
     ctx.set_schedule_treat_coalescing(1)
     ctx.set_schedule_max_coefficient(16)
 
@@ -135,6 +145,10 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") ->
     scop.ctx.set_max_operations(0)
     if schedule is None:
         return program_order(scop)
+    if fusion == "max":
+        from .fusion import fuse_outer
+
+        schedule = fuse_outer(schedule, scop, validity)
     return reduction_members_serial(schedule, scop)
 
 

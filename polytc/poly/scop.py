@@ -220,6 +220,12 @@ class Scop:
             f"{self.env}", span,
             hint="restrict the index ranges with 'where i in lo:hi' or fix the subscript")
 
+    def fully_written(self, tensor: str) -> bool:
+        """Whether the statements write every element of ``tensor``."""
+        box = isl.UnionSet.from_set(isl.Set.read_from_str(
+            self.ctx, "{ " + self._whole(tensor) + " }"))
+        return box.subtract(self.writes.range()).is_empty()
+
     # --- display -----------------------------------------------------------------
     def __str__(self):
         lines = ["domain:", f"  {self.domain}", "reads:", f"  {self.reads}",

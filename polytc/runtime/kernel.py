@@ -21,7 +21,7 @@ from ..lang import sizes as S
 from ..options import Options
 from . import args as A
 from .cache import DiskCache, cache_key
-from .memory import aligned_copy, aligned_zeros, is_aligned
+from .memory import aligned_copy, aligned_empty, aligned_zeros, is_aligned
 
 TARGET = "c"
 _PROCESS: dict = {}  # disk key -> CompiledKernel, shared by all Kernel objects
@@ -50,8 +50,13 @@ class CompiledKernel:
         self.out_shapes = [tuple(s) for s in meta["out_shapes"]]
         self.out_dtypes = [t.dtype.np_dtype for t in program.outputs]
         self.align_inputs = tuple(meta.get("align_inputs", ()))
+        #: outputs some element of which no statement writes start as zeros
+        self.out_zero = meta.get("out_zero", [True] * len(program.outputs))
         self._build = build  # the isl objects when compiled in this process
-        ffi = _ffi(len(program.inputs) + len(program.outputs))
+        self.temps = [([S.evaluate(d, env) for d in t.shape], t.dtype.np_dtype)
+                      for t in program.temporaries]
+        self._scratch: list = []  # free sets of temporaries, reused across calls
+        ffi = _ffi(len(program.inputs) + len(program.outputs) + len(program.temporaries))
         self._lib = ffi.dlopen(lib_path)
         self._fn = self._lib.polytc_kernel
         self._buf = ffi.from_buffer
@@ -89,19 +94,32 @@ class CompiledKernel:
                 inputs[i] = aligned_copy(inputs[i])
         if outs is None:
             try:
-                outs = [aligned_zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
+                outs = [aligned_empty(s, d, z) for s, d, z in
+                        zip(self.out_shapes, self.out_dtypes, self.out_zero)]
             except (MemoryError, ValueError) as e:
                 raise PolytcError(f"{self.program.name}: cannot allocate outputs of shapes "
                                   f"{self.out_shapes} ({e})") from None
         buf = self._buf
-        rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs])
+        scratch = self._scratch.pop() if self._scratch else self._new_scratch()
+        try:
+            rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
+                          *[buf(t) for t in scratch])
+        finally:
+            self._scratch.append(scratch)  # list.pop/append are atomic: thread-safe pool
         if rc:
             self._fail(rc)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _new_scratch(self) -> list:
+        try:
+            return [aligned_zeros(s, d) for s, d in self.temps]
+        except (MemoryError, ValueError) as e:
+            raise PolytcError(f"{self.program.name}: cannot allocate temporaries ({e})") \
+                from None
+
     def _fail(self, rc):
         if rc < 0 or rc > len(self.sites):
-            raise PolytcError(f"{self.program.name}: out of memory for temporaries")
+            raise PolytcError(f"{self.program.name}: the kernel failed (code {rc})")
         msg = self.sites[rc - 1]
         raise KernelRuntimeError(msg)
 
@@ -110,7 +128,8 @@ class CompiledKernel:
         inputs = [a if i not in self.align_inputs or is_aligned(a) else aligned_copy(a)
                   for i, a in enumerate(A.as_arrays(self.program, args))]
         outs = [aligned_zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
-        ptrs = [self._buf(a) for a in inputs] + [self._buf(o) for o in outs]
+        ptrs = [self._buf(a) for a in inputs] + [self._buf(o) for o in outs] + \
+            [self._buf(t) for t in self._new_scratch()]
         for _ in range(warmup):
             self._fn(*ptrs)
         t = []
@@ -128,6 +147,7 @@ class Kernel:
     def __init__(self, program: P.Program, options: Options | None = None):
         self.program = program
         self.options = options or Options()
+        self._explicit = options is not None  # autotuning hook: else tuned options apply
         self._table: dict = {}  # signature -> CompiledKernel
 
     def __repr__(self):
@@ -174,11 +194,19 @@ class Kernel:
 
     def _specialize(self, inputs) -> CompiledKernel:
         env = A.bind_sizes(self.program, inputs)
-        key = cache_key(program=str(self.program), sizes=env, options=self.options.key(),
+        options = self.options
+        # --- autotuning hook: a kernel created without options uses the options that
+        # polytc.autotune stored for this program, sizes and machine (runtime/tuning.py)
+        if not self._explicit:
+            from . import tuning
+
+            options = tuning.lookup(self.program, env) or options
+        # --- end of the autotuning hook
+        key = cache_key(program=str(self.program), sizes=env, options=options.key(),
                         target=TARGET)
         ck = _PROCESS.get(key)
         if ck is None:
-            ck = _load_or_build(self.program, env, self.options, key)
+            ck = _load_or_build(self.program, env, options, key)
             _PROCESS[key] = ck
         return ck
 
@@ -214,6 +242,7 @@ def _build(program, env, options):
              if span is not None else what for span, what in b.sites]
     meta = {"stages": b.stages, "sites": sites, "timings": b.timings,
             "align_inputs": _align_inputs(program, b),
+            "out_zero": [not b.scop.fully_written(t.name) for t in program.outputs],
             "out_shapes": [[S.evaluate(d, env) for d in t.shape] for t in program.outputs],
             "options": json.loads(options.to_json())}
     return b, so_bytes, meta

@@ -95,7 +95,8 @@ def p_ast(b: Build) -> Build:
 
 def p_codegen_c(b: Build) -> Build:
     em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize)
-    b.code = em.function(b.ast, FUNCTION_NAME)
+    zero = [t.name for t in b.program.temporaries if b.deps.reads_before_write(t.name)]
+    b.code = em.function(b.ast, FUNCTION_NAME, zero)
     if not b.options.fp_contract:
         b.code = '#pragma GCC optimize ("fp-contract=off")\n' + b.code
     b.sites = em.sites
