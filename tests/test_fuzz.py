@@ -5,9 +5,9 @@
 2. Malformed text (token mutations of well-formed programs) and malformed arguments
    never raise anything but a ``polytc.PolytcError``, and never an ``InternalError``.
 
-Bugs found this way have deterministic regression tests at the end of this file (marked
-``xfail(strict=True)`` while open); the properties recognise an open one (and only it, see
-``known_compilation_bug``) so that they stay green until it is fixed.
+Bugs found this way have deterministic regression tests at the end of this file, marked
+``xfail(strict=True, reason="polytc bug: ...")`` while they are open (a property that hits
+an open bug recognises that bug, and only it, so that it stays green until the fix).
 """
 from __future__ import annotations
 
@@ -127,17 +127,9 @@ def expect_polytc_error_or_nothing(fn):
     try:
         return fn()
     except BUG_ERRORS as e:
-        if known_compilation_bug(e):
-            return None
         raise AssertionError(f"polytc bug: {type(e).__name__}: {e}") from None
     except polytc.PolytcError:
         return None
-
-
-def known_compilation_bug(err) -> bool:
-    """The bug of ``test_float_literal_overflowing_float32``: a literal too large for a
-    float becomes ``inff`` in C."""
-    return isinstance(err, polytc.CompilationError) and "inff" in str(err)
 
 
 def inputs_for(program, sizes, rng) -> list | None:

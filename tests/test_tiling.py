@@ -105,3 +105,52 @@ def test_aligned_outputs_and_inputs():
     ck = k.specialize(A, A)
     assert ck.align_inputs == (0, 1)
     np.testing.assert_array_equal(C, A @ A)
+
+
+BICG = """def bicg(float(N,M) A, float(N) r, float(M) p) -> (s, q) {
+    s(j) +=! A(i, j) * r(i)
+    q(i) +=! A(i, j) * p(j)
+}"""
+LAYERNORM = """def layernorm(float(N,D) X, float(D) g, float(D) b) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    var(n) +=! (X(n, d) - mean(n)) * (X(n, d) - mean(n)) / D
+    Y(n, d) = (X(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) * g(d) + b(d)
+}"""
+
+
+@pytest.mark.parametrize("src,shapes", [(SOFTMAX, [(37, 129)]), (LAYERNORM, [(19, 70), (70,), (70,)])])
+def test_max_fusion_makes_one_row_loop(src, shapes):
+    ck = check(src, shapes, polytc.Options(fusion="max", parallel_min_points=1))
+    body = ck.code[ck.code.index("int polytc_kernel"):]
+    assert body.count("omp parallel for") == 1  # every statement inside one row loop
+    assert "omp simd" in ck.code
+
+
+def test_fusion_result_is_checked_against_dependences(monkeypatch):
+    """If the rebuilt schedule broke a dependence, isl's schedule is kept."""
+    from polytc.poly import fusion
+
+    monkeypatch.setattr(fusion, "respects", lambda *a: False)
+    ck = check(SOFTMAX, [(11, 33)], polytc.Options(fusion="max", parallel_min_points=1))
+    assert ck.code.count("omp parallel for") >= 1
+
+
+def test_transposed_matvec_gets_a_register_row():
+    k = polytc.tc(BICG, options=polytc.Options(parallel_min_points=1))
+    b = pipeline.run(k.program, {"N": 70, "M": 90}, k.options)
+    entry = next(e for e in b.tiling if e[0] == "contraction")
+    assert entry[1] == "S0"  # s(j) += A(i, j) * r(i): accumulators along j
+    assert entry[2]["register"][0] > 1 and entry[2]["register"][1] == 1
+    assert ("promote", "S1") in b.tiling  # q(i) += A(i, j) * p(j): a dot product per row
+    check(BICG, [(70, 90), (70,), (90,)], k.options)
+
+
+@pytest.mark.parametrize("m", [512, 1024, 100, 37])
+def test_tile_height_balances_cores(m):
+    from polytc.tiling.machine import Machine
+    from polytc.tiling.strategy import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    ti = choose_sizes(m, m, m, 4, two).cache[0]
+    tiles = -(-m // ti)
+    assert ti % 6 == 0 and (tiles % 2 == 0 or tiles == 1 or -(-tiles // 2) * ti <= m / 2 * 1.06)

@@ -19,7 +19,7 @@ from .scop import Scop
 def fuse_outer(schedule: isl.Schedule, scop: Scop, validity: isl.UnionMap) -> isl.Schedule:
     band = schedule.get_root().child(0)
     if band.get_type() != isl.schedule_node_type.band or band.band_n_member() < 2 or \
-            not band.band_member_get_coincident(0):
+            not band.band_member_get_coincident(0) or not _shifted(band):
         return schedule
     leaf = band.band_split(1).child(0).cut()  # keep the fused outer member only
     ssts = sorted(scop.stmts, key=lambda s: (s.index, s.kind != "init"))
@@ -34,6 +34,19 @@ def fuse_outer(schedule: isl.Schedule, scop: Scop, validity: isl.UnionMap) -> is
         config.log(1, "max fusion: rebuilt schedule violates a dependence; keeping isl's")
         return schedule
     return fused
+
+
+def _shifted(band) -> bool:
+    """Whether isl shifted statements against each other in the inner members (a member
+    that is not just one index, or zero, of every statement)."""
+    from .schedule import member_coefficients
+
+    for members in member_coefficients(band).values():
+        for c in members[1:]:
+            if c is None or c[1] != 0 or sorted(c[0])[-1:] not in ([0], [1], []) or \
+                    sum(abs(x) for x in c[0]) > 1:
+                return True
+    return False
 
 
 def _insert_rest(leaf, ssts, scop):

@@ -194,16 +194,15 @@ class Kernel:
 
     def _specialize(self, inputs) -> CompiledKernel:
         env = A.bind_sizes(self.program, inputs)
-        options = self.options
+        text, options = str(self.program), self.options
         # --- autotuning hook: a kernel created without options uses the options that
         # polytc.autotune stored for this program, sizes and machine (runtime/tuning.py)
         if not self._explicit:
             from . import tuning
 
-            options = tuning.lookup(self.program, env) or options
+            options = tuning.lookup(self.program, env, text=text) or options
         # --- end of the autotuning hook
-        key = cache_key(program=str(self.program), sizes=env, options=options.key(),
-                        target=TARGET)
+        key = cache_key(program=text, sizes=env, options=options.key(), target=TARGET)
         ck = _PROCESS.get(key)
         if ck is None:
             ck = _load_or_build(self.program, env, options, key)

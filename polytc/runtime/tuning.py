@@ -67,9 +67,10 @@ def _path(key: str) -> str:
     return os.path.join(tuning_dir(), key[:2], key + ".json")
 
 
-def _memo_key(program, env) -> tuple:
-    return (tuning_dir(), _text(program), tuple(sorted((str(k), int(v))
-                                                       for k, v in env.items())))
+def _memo_key(program, env, text=None) -> tuple:
+    # the settings that decide tuning_dir() (cheaper than computing it)
+    where = (os.environ.get("POLYTC_CACHE_DIR"), config.disk_cache_enabled())
+    return (where, text or _text(program), tuple(sorted(env.items())))
 
 
 def _read(key: str):
@@ -92,9 +93,10 @@ def _read(key: str):
     return options, data.get("record", {})
 
 
-def get(program, env: dict):
-    """``(Options, record)`` stored for ``program`` at sizes ``env``, or ``None``."""
-    mk = _memo_key(program, env)
+def get(program, env: dict, text: str | None = None):
+    """``(Options, record)`` stored for ``program`` at sizes ``env``, or ``None``.
+    ``text``: ``str(program)`` if the caller has it already."""
+    mk = _memo_key(program, env, text)
     with _memo_lock:
         if mk in _memo:
             return _memo[mk]
@@ -104,12 +106,12 @@ def get(program, env: dict):
     return found
 
 
-def lookup(program, env: dict) -> Options | None:
+def lookup(program, env: dict, text: str | None = None) -> Options | None:
     """The tuned options of ``program`` at sizes ``env``, or ``None`` (also when
-    ``POLYTC_NO_TUNING_CACHE=1``)."""
+    ``POLYTC_NO_TUNING_CACHE=1``).  ``text``: ``str(program)`` if the caller has it."""
     if not config.tuning_cache_enabled():
         return None
-    found = get(program, env)
+    found = get(program, env, text)
     return None if found is None else found[0]
 
 

@@ -210,8 +210,7 @@ class Search:
 
     def elite(self) -> list:
         """The best options so far, best first (the default when nothing succeeded)."""
-        ok = sorted((t, n, o) for t, n, o in
-                    ((t, n, o) for n, (t, _, o) in enumerate(self.scored)) if math.isfinite(t))
+        ok = sorted((t, n, o) for t, n, o in self.scored if math.isfinite(t))
         return [o for _, _, o in ok[:self.elite_size]] or [Options()]
 
     def ask(self) -> list:
@@ -312,13 +311,11 @@ class _Worker:
             import signal
 
             try:
-                what = f"crashed ({signal.Signals(-rc).name})"
+                return f"crashed ({signal.Signals(-rc).name})"
             except ValueError:
-                what = f"crashed (signal {-rc})"
-        else:
-            what = f"worker exited (status {rc})"
-        tail = self.log_tail()
-        return what + (f": {tail}" if tail else "")
+                return f"crashed (signal {-rc})"
+        tail = self.log_tail()  # a Python-level death leaves its reason in the log
+        return f"worker exited (status {rc})" + (f": {tail}" if tail else "")
 
     def log_tail(self, n: int = 300) -> str:
         try:
@@ -389,7 +386,8 @@ class _Pool:
         except _Failed as e:
             w.kill()
             raise PolytcError(f"autotune: a worker process failed to start: {e}",
-                              hint=f"see {w.log_path}") from None
+                              hint=f"workers run `{sys.executable} -c "
+                                   f"'{_WORKER_CMD}'`: polytc must import there") from None
 
     def _poll(self, busy) -> list:
         """Wait until a busy worker replies, fails or passes its deadline; the
@@ -446,7 +444,9 @@ class _Pool:
 
 # --- the worker side ------------------------------------------------------------------------
 def _inject(fault) -> None:
-    """Test hook: misbehave as asked (``crash``, ``abort``, ``hang``, ``raise``)."""
+    """Test hook (``autotune(_faults={candidate number: fault})``): misbehave as asked,
+    ``crash`` (SIGSEGV), ``abort``, ``hang`` or ``raise``; ``wrong`` (checked in
+    ``measure``) corrupts the result.  ``compile:<fault>`` strikes while compiling."""
     if fault == "crash":
         import ctypes
 
@@ -539,10 +539,15 @@ class _WorkerState:
                     if out.shape == ref.shape else float("nan")
                 return {"wrong": f"result differs from the reference (max error {err:.3g})"}
         if best is not None and first > CUTOFF * best:
-            return {"time": first, "note": "slow: one run"}
+            # far slower than the best so far: one more run (the first may have been
+            # unlucky), and no full measurement if it is still slow
+            r = ck.benchmark(*self.inputs, repeat=1, warmup=0)
+            if r["min"] > CUTOFF * best:
+                return {"time": min(first, r["min"]), "note": "slow: two runs"}
         repeat = max(MIN_REPEAT, min(MAX_REPEAT, int(MEASURE_S / max(first, 1e-7))))
         r = ck.benchmark(*self.inputs, repeat=repeat, warmup=1)
-        return {"time": r["median"], "repeat": repeat}
+        # the minimum: noise from other processes only ever adds time
+        return {"time": r["min"], "median": r["median"], "repeat": repeat}
 
 
 def _as_list(outs) -> list:
@@ -696,63 +701,71 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
 
         number = 0
         gen = 0
-        while (generations is None or gen < generations) and may_start():
-            cands = search.ask()
-            if not cands:
-                break  # the space is exhausted
-            recs = []
-            for o in cands:
-                recs.append({"n": number, "generation": gen, "options": o,
-                             "json": o.to_json(), "fault": faults.get(number)})
-                number += 1
-            # 1. compile, in parallel
-            reqs = [(i, ("compile", r["json"], r["fault"]), timeout)
-                    for i, r in enumerate(recs)]
-            for i, ok, payload in pool.run(reqs, may_start):
-                recs[i].update(payload if ok else {"error": f"compile: {payload}"})
-            # 2. time, one at a time
-            for r in recs:
-                if "code" not in r and "error" not in r:
-                    continue  # not started: out of budget
-                if "error" in r:
-                    r["time"] = math.inf
-                    finish(r)
-                    continue
-                if r["code"] in codes and not r["fault"]:
-                    same = codes[r["code"]]
-                    r["time"], r["same_as"] = same["time"], same["n"]
-                    if "error" in same:
-                        r["error"] = f"same code as #{same['n']}: {same['error']}"
-                    finish(r)
-                    continue
-                if not may_start():
-                    break
-                msg = ("time", r["json"], best[0] if math.isfinite(best[0]) else None,
-                       r["fault"])
-                for _tag, ok, payload in pool.run([(None, msg, timeout)], lambda: True,
-                                                  use=[0]):
-                    if ok and "time" in payload:
-                        r.update(payload)
-                    else:
-                        r["error"] = payload.get("wrong") if ok else payload
+        stopped = None
+        try:
+            while (generations is None or gen < generations) and may_start():
+                cands = search.ask()
+                if not cands:
+                    break  # the space is exhausted
+                recs = []
+                for o in cands:
+                    recs.append({"n": number, "generation": gen, "options": o,
+                                 "json": o.to_json(), "fault": faults.get(number)})
+                    number += 1
+                # 1. compile, in parallel
+                reqs = [(i, ("compile", r["json"], r["fault"]), timeout)
+                        for i, r in enumerate(recs)]
+                for i, ok, payload in pool.run(reqs, may_start):
+                    recs[i].update(payload if ok else {"error": f"compile: {payload}"})
+                # 2. time, one at a time
+                for r in recs:
+                    if "code" not in r and "error" not in r:
+                        continue  # not started: out of budget
+                    if "error" in r:
                         r["time"] = math.inf
-                codes[r["code"]] = r
-                finish(r)
-            gen += 1
+                        finish(r)
+                        continue
+                    if r["code"] in codes and not r["fault"]:
+                        same = codes[r["code"]]
+                        r["time"], r["same_as"] = same["time"], same["n"]
+                        if "error" in same:
+                            r["error"] = f"same code as #{same['n']}: {same['error']}"
+                        finish(r)
+                        continue
+                    if not may_start():
+                        break
+                    msg = ("time", r["json"], best[0] if math.isfinite(best[0]) else None,
+                           r["fault"])
+                    for _tag, ok, payload in pool.run([(None, msg, timeout)], lambda: True,
+                                                      use=[0]):
+                        if ok and "time" in payload:
+                            r.update(payload)
+                        else:
+                            r["error"] = payload.get("wrong") if ok else payload
+                            r["time"] = math.inf
+                    codes[r["code"]] = r
+                    finish(r)
+                gen += 1
 
-        # 3. time the best few and the default again (noise), while the budget lasts
-        ok = sorted((r for r in history if math.isfinite(r["time"]) and "same_as" not in r),
-                    key=lambda r: (r["time"], r["n"]))[:CONFIRM_TOP]
-        ok += [r for r in history[:1] if math.isfinite(r["time"]) and r not in ok]
-        for r in ok:
-            if time.monotonic() >= end:
-                break
-            msg = ("time", r["json"], None, None)
-            for _tag, good, payload in pool.run([(None, msg, timeout)], lambda: True,
-                                                use=[0]):
-                if good and "time" in payload:
-                    r["first_time"] = r["time"]
-                    r["time"] = min(r["time"], payload["time"])
+            # 3. time the best few and the default again (noise), while budget lasts
+            again = sorted((r for r in history
+                            if math.isfinite(r["time"]) and "same_as" not in r),
+                           key=lambda r: (r["time"], r["n"]))[:CONFIRM_TOP]
+            again += [r for r in history if r["n"] == 0 and math.isfinite(r["time"])
+                      and r not in again]
+            for r in again:
+                if time.monotonic() >= end:
+                    break
+                msg = ("time", r["json"], None, None)
+                for _tag, good, payload in pool.run([(None, msg, timeout)], lambda: True,
+                                                    use=[0]):
+                    if good and "time" in payload:
+                        r["first_time"] = r["time"]
+                        r["time"] = min(r["time"], payload["time"])
+        except PolytcError as e:  # a replacement worker did not start: keep the results
+            stopped = e.message
+            if verbose:
+                print(f"autotune {program.name}: stopped early: {e.message}", file=sys.stderr)
         by_n = {r["n"]: r for r in history}
         for r in history:
             if "same_as" in r:
@@ -765,7 +778,7 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
         shutil.rmtree(session, ignore_errors=True)
 
     ok = sorted((r for r in history if math.isfinite(r["time"])),
-                key=lambda r: (r["time"], r["n"]))
+                key=lambda r: (r["time"], r["n"]))  # finished candidates, best first
     default = next((r for r in history if r["n"] == 0), None)
     base_t = default["time"] if default is not None else math.inf
     record = {
@@ -776,6 +789,7 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
         "candidates": len(history),
         "failed": sum(1 for r in history if not math.isfinite(r["time"])),
         "generations": gen,
+        "stopped": stopped,
         "seed": seed, "population": population, "budget": budget,
         "elapsed": time.monotonic() - t_start,
         "machine": machine.key(),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from ..lang import program as P
 from ..lang import sizes as S
 from ..lang.ranges import Interval
 from . import transform as T
@@ -42,8 +43,20 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine) -> Sizes:
     mr = max(1, min(6, ext_i))
     tk = min(ext_k, max(16, (m.l2 // 8) // (itemsize * max(nr, 1) * 4)))
     tj = nr * max(1, min(4, -(-ext_j // nr)))
-    ti = mr * max(1, min(16, -(-ext_i // mr)))
+    ti = _balanced(ext_i, mr, m.cores)
     return Sizes((ti, tj, tk), (mr, nr))
+
+
+def _balanced(ext: int, step: int, cores: int, most: int = 16) -> int:
+    """The largest tile height (a multiple of ``step``, at most ``most`` steps) whose
+    tiles divide among the cores within 6% of a perfect split (the outer tile loop is the
+    parallel one: 512 rows in tiles of 96 leave one core a sixth idle); failing that, the
+    best-balanced one."""
+    sizes = [k * step for k in range(1, most + 1) if k == 1 or (k - 1) * step < ext]
+    busiest = {t: -(-(-(-ext // t)) // cores) * min(t, ext) for t in sizes}
+    ideal = ext / cores
+    good = [t for t in sizes if busiest[t] <= ideal * 1.06]
+    return max(good) if good else min(sizes, key=lambda t: (busiest[t], -t))
 
 
 class Tiler:
@@ -184,6 +197,7 @@ class Tiler:
 
     # --- contractions ----------------------------------------------------------------
     def contraction(self, node, sst, vars_, coinc):
+        """Tile a contraction band; ``None`` when it has no unit-stride result dimension."""
         n = len(coinc)
         j_var = self.target_var(sst)
         par = [m for m in range(n) if coinc[m]]
@@ -191,46 +205,49 @@ class Tiler:
         j = next((m for m in par if vars_[m] == j_var), None)
         if j is None:
             return None
-        reads = [e for e in _reads(sst.stmt.rhs)]
+        reads = _reads(sst.stmt.rhs)
         # i: a parallel member some read does not depend on (register reuse), largest
         cands = [m for m in par if m != j and any(
             sst.vars[vars_[m]] not in _index_names(r) for r in reads)]
-        if not cands:
-            return None
-        i = max(cands, key=lambda m: self.extent(sst, vars_[m]))
+        i = max(cands, key=lambda m: self.extent(sst, vars_[m])) if cands else None
+        if i is None and not any(r.indices and isinstance(r.indices[-1], P.Index) and
+                                 r.indices[-1].name == sst.vars[j_var] for r in reads):
+            return None  # a row-wise reduction (a dot product per row): promote a scalar
+        lead = [i] if i is not None else []
         outer = [m for m in par if m not in (i, j)]
-        order = outer + [i, j] + red
+        order = outer + lead + [j] + red
         node = T.permute(node, order)
         ext = [self.extent(sst, vars_[m]) for m in order]
-        k_big = max(range(len(red)), key=lambda r: ext[len(outer) + 2 + r])
-        sz = choose_sizes(ext[len(outer)], ext[len(outer) + 1],
-                          ext[len(outer) + 2 + k_big], sst.stmt.rhs.dtype.np_dtype.itemsize,
-                          self.machine)
+        p_red = len(outer) + len(lead) + 1
+        k_big = max(range(len(red)), key=lambda r: ext[p_red + r])
+        sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
+                          sst.stmt.rhs.dtype.np_dtype.itemsize, self.machine)
         if self.options.tile:
-            ti, tj, tk = self.options.tile
-            sz = Sizes((ti, tj, tk), sz.register)
+            sz = Sizes(tuple(self.options.tile), sz.register)
         if self.options.register_tile:
             sz = Sizes(sz.cache, tuple(self.options.register_tile))
         mr, nr = sz.register
         ti, tj, tk = sz.cache
         ti, tj = _round_up(ti, mr), _round_up(tj, nr)
-        cache = [1] * len(outer) + [ti, tj] + [
-            tk if r == k_big else ext[len(outer) + 2 + r] for r in range(len(red))]
+        cache = [1] * len(outer) + ([ti] if lead else []) + [tj] + [
+            tk if r == k_big else ext[p_red + r] for r in range(len(red))]
         cache = [min(c, e) if e > 0 else c for c, e in zip(cache, ext)]
         node = T.tile(node, cache)
         node = T.isolate_full_tiles(node, cache)
-        point = node.child(0)
-        reg = [1] * len(outer) + [mr, nr] + [1] * len(red)
+        reg = [1] * len(outer) + ([mr] if lead else []) + [nr] + [1] * len(red)
         reg = [min(r, c) for r, c in zip(reg, cache)]
-        regn = T.tile(point, reg)
+        regn = T.tile(node.child(0), reg)
         regn = T.isolate_full_tiles(regn, reg)  # full register tiles in partial cache tiles
-        p_red = len(outer) + 2
         regn = regn.band_split(p_red).child(0)  # the reduction loops of a register tile
         regn = T.mark(regn, "promote")
-        inner = regn.child(0)  # (outer_r..., ir, jr, red_r...): only ir and jr are loops
-        inner = inner.band_split(len(outer) + 1)
-        inner = inner.band_member_set_ast_loop_type(len(outer), isl.ast_loop_type.unroll)
-        inner = T.mark(inner.child(0), "simd")
+        inner = regn.child(0)  # (outer_r..., [ir,] jr, red_r...): only ir and jr are loops
+        if lead:
+            inner = inner.band_split(len(outer) + 1)
+            inner = inner.band_member_set_ast_loop_type(len(outer), isl.ast_loop_type.unroll)
+            inner = inner.child(0)
+        elif outer:
+            inner = inner.band_split(len(outer)).child(0)
+        inner = T.mark(inner, "simd")
         self.report.append(("contraction", sst.name, {"order": order, "cache": cache,
                                                      "register": reg}))
         return inner
