@@ -13,7 +13,6 @@ import math
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 

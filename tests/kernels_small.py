@@ -1,5 +1,10 @@
-"""A few programs shared by the runtime tests."""
+"""A few programs shared by several test files."""
 import numpy as np
+
+MATMUL = """
+def matmul(float(M,K) A, float(K,N) B) -> (C) {
+    C(m, n) +=! A(m, k) * B(k, n)
+}"""
 
 SOFTMAX = """
 def softmax(float(N,D) X) -> (Y) {

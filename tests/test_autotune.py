@@ -18,18 +18,7 @@ from polytc.tiling.autotune import Search, Space, crossover, mutate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-MATMUL = """
-def matmul(float(M,K) A, float(K,N) B) -> (C) {
-    C(m, n) +=! A(m, k) * B(k, n)
-}"""
-
-SOFTMAX = """
-def softmax(float(N,D) X) -> (Y) {
-    mx(n) max=! X(n, d)
-    ex(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! ex(n, d)
-    Y(n, d) = ex(n, d) / s(n)
-}"""
+from tests.kernels_small import MATMUL, SOFTMAX
 
 
 @pytest.fixture

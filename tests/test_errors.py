@@ -23,18 +23,6 @@ POLYTC_DIR = os.path.dirname(os.path.abspath(polytc.__file__))
 F32 = np.float32
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """Compiled kernels go to a temporary cache, never the user's."""
-    old = os.environ.get("POLYTC_CACHE_DIR")
-    os.environ["POLYTC_CACHE_DIR"] = str(tmp_path_factory.mktemp("polytc-cache-errors"))
-    yield
-    if old is None:
-        os.environ.pop("POLYTC_CACHE_DIR", None)
-    else:
-        os.environ["POLYTC_CACHE_DIR"] = old
-
-
 # --- helpers -----------------------------------------------------------------------------
 def where(src: str, needle: str, nth: int = 0) -> tuple:
     """1-based (line, col) of the ``nth`` occurrence of ``needle`` in ``src`` (-1: the

@@ -12,7 +12,6 @@ an open bug recognises that bug, and only it, so that it stays green until the f
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
 import numpy as np
@@ -31,18 +30,6 @@ SETTINGS = dict(deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 #: errors that are polytc bugs even though they are PolytcErrors
 BUG_ERRORS = (polytc.InternalError, polytc.CompilationError)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """Compiled kernels go to a temporary cache, never the user's."""
-    old = os.environ.get("POLYTC_CACHE_DIR")
-    os.environ["POLYTC_CACHE_DIR"] = str(tmp_path_factory.mktemp("polytc-cache-fuzz"))
-    yield
-    if old is None:
-        os.environ.pop("POLYTC_CACHE_DIR", None)
-    else:
-        os.environ["POLYTC_CACHE_DIR"] = old
 
 
 def as_tuple(x):

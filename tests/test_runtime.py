@@ -12,10 +12,7 @@ import polytc
 from polytc.runtime import kernel as K
 from polytc.runtime import pipeline
 
-MM = """
-def matmul(float(M,K) A, float(K,N) B) -> (C) {
-    C(m, n) +=! A(m, k) * B(k, n)
-}"""
+from tests.kernels_small import MATMUL as MM
 
 
 @pytest.fixture(autouse=True)

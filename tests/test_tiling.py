@@ -8,6 +8,7 @@ import pytest
 import polytc
 from polytc.lang import reference
 from polytc.runtime import pipeline
+from tests.kernels_small import SOFTMAX
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 MATMUL_T = "def mmt(float(K,M) A, float(N,K) B) -> (C) { C(m, n) +=! A(k, m) * B(n, k) }"
@@ -19,13 +20,6 @@ MLP = """def layer(float(B,I) X, float(I,O) W, float(O) b) -> (Y) {
     T(m, o) +=! X(m, i) * W(i, o)
     Y(m, o) = fmax(T(m, o) + b(o), 0.0)
 }"""
-SOFTMAX = """def softmax(float(N,D) X) -> (Y) {
-    mx(n) max=! X(n, d)
-    e(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    Y(n, d) = e(n, d) / s(n)
-}"""
-
 SMALL = polytc.Options(tile=(12, 32, 8), register_tile=(3, 16), parallel_min_points=1)
 
 

@@ -18,7 +18,7 @@ from . import ast as A
 from . import program as P
 from . import ranges as R
 from . import sizes as S
-from .types import (BOOL, FLOAT32, INDEX, INT32, TYPE_NAMES, UNSUPPORTED_TYPE_NAMES,
+from .types import (BOOL, FLOAT32, INT32, TYPE_NAMES, UNSUPPORTED_TYPE_NAMES,
                     ScalarType, is_narrowing, match_types)
 
 _REDUCE = {"+=": "+", "*=": "*", "min=": "min", "max=": "max"}

@@ -19,8 +19,9 @@ from .scop import Scop
 def fuse_outer(schedule: isl.Schedule, scop: Scop, validity: isl.UnionMap) -> isl.Schedule:
     band = schedule.get_root().child(0)
     if band.get_type() != isl.schedule_node_type.band or band.band_n_member() < 2 or \
-            not band.band_member_get_coincident(0) or not _shifted(band):
-        return schedule
+            not band.band_member_get_coincident(0) or not _shifted(band) or \
+            any(len(s.stmt.indices) >= 2 and s.stmt.reduction_vars for s in scop.stmts):
+        return schedule  # a contraction needs isl's whole band to be tiled
     leaf = band.band_split(1).child(0).cut()  # keep the fused outer member only
     ssts = sorted(scop.stmts, key=lambda s: (s.index, s.kind != "init"))
     filters = isl.UnionSetList.alloc(scop.ctx, len(ssts))

@@ -12,7 +12,6 @@ import functools
 import json
 import time
 
-import numpy as np
 
 from .. import config
 from ..diagnostics import KernelRuntimeError, PolytcError, user_boundary

@@ -436,10 +436,6 @@ class _Pool:
         for w in self.workers:
             w.close()
         self.workers = []
-    def close(self) -> None:
-        for w in self.workers:
-            w.close()
-        self.workers = []
 
 
 # --- the worker side ------------------------------------------------------------------------
