@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     import polytc
     from bench_cpu import benches
 
-    strategies = ("preserve", "max", "min")
+    strategies = ("auto", "preserve", "max", "min")
     rng = np.random.default_rng(0)
     rows, ratios = [], {s: [] for s in strategies}
     for b in benches():

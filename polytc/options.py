@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .diagnostics import PolytcError
 
-FUSIONS = ("max", "preserve", "min")
+FUSIONS = ("auto", "max", "preserve", "min")
 
 
 class OptionsError(PolytcError):
@@ -20,9 +20,12 @@ class OptionsError(PolytcError):
 
 @dataclass(frozen=True)
 class Options:
-    #: isl scheduler strategy: ``max`` fuses as much as isl can, ``preserve`` fuses only
-    #: where no outer parallel loop is lost, ``min`` never fuses statements
-    fusion: str = "preserve"
+    #: isl scheduler strategy: ``max`` fuses the outer loops of all statements,
+    #: ``preserve`` fuses only where no outer parallel loop is lost, ``min`` never fuses
+    #: statements; ``auto`` (the cost model) takes ``max`` for programs without a
+    #: contraction (row-wise: softmax, norms) and ``preserve`` for the others (fusing
+    #: the rows of two matmuls would prevent tiling them), see docs/scheduling.md
+    fusion: str = "auto"
     #: OpenMP on the outermost parallel loop
     parallel: bool = True
     #: no parallel region below this many statement instances (OpenMP start-up costs)

@@ -12,7 +12,7 @@ import pytest
 
 import polytc
 from polytc.lang import reference
-from polytc.options import Options
+from polytc.options import FUSIONS, Options
 from polytc.runtime import tuning
 from polytc.tiling.autotune import Search, Space, crossover, mutate
 
@@ -70,7 +70,7 @@ def test_candidates_stay_in_the_space():
     space = Space(lanes=8, cores=2, max_extent=100)
     for j in _drive(3, space, generations=8, population=8):
         o = Options.from_json(j)
-        assert o.fusion in ("max", "preserve", "min")
+        assert o.fusion in FUSIONS
         assert o.num_threads in (None, 1, 2)
         if o.register_tile:
             mr, nr = o.register_tile

@@ -13,6 +13,7 @@ from __future__ import annotations
 import islpy as isl
 
 from .. import config
+from .schedule import has_contraction
 from .scop import Scop
 
 
@@ -20,7 +21,7 @@ def fuse_outer(schedule: isl.Schedule, scop: Scop, validity: isl.UnionMap) -> is
     band = schedule.get_root().child(0)
     if band.get_type() != isl.schedule_node_type.band or band.band_n_member() < 2 or \
             not band.band_member_get_coincident(0) or not _shifted(band) or \
-            any(len(s.stmt.indices) >= 2 and s.stmt.reduction_vars for s in scop.stmts):
+            has_contraction(scop):
         return schedule  # a contraction needs isl's whole band to be tiled
     leaf = band.band_split(1).child(0).cut()  # keep the fused outer member only
     ssts = sorted(scop.stmts, key=lambda s: (s.index, s.kind != "init"))
