@@ -129,7 +129,7 @@ def test_disabled_disk_cache_uses_private_dir(cache_dir, monkeypatch):
     c = DiskCache()
     assert not c.root.startswith(str(cache_dir))
     path = compiler.build_shared_object(unique_source(ADD), {})
-    assert compiler.load_library(path).add(2, 3) == 5
+    assert ctypes.CDLL(path).add(2, 3) == 5
     assert not cache_dir.exists()
 
 
@@ -154,7 +154,7 @@ def test_build_and_call(cache_dir, count_builds):
     src = unique_source(ADD)
     path = compiler.build_shared_object(src, {"entry": "add"})
     assert path.startswith(str(cache_dir)) and path.endswith("kernel.so")
-    lib = compiler.load_library(path)
+    lib = ctypes.CDLL(path)
     lib.add.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.add.restype = ctypes.c_int
     assert lib.add(40, 2) == 42
@@ -181,7 +181,7 @@ def test_openmp_kernel(cache_dir):
             return s;
         }
         """))
-    lib = compiler.load_library(compiler.build_shared_object(src, {}))
+    lib = ctypes.CDLL(compiler.build_shared_object(src, {}))
     lib.sum.argtypes = [ctypes.c_long]
     lib.sum.restype = ctypes.c_long
     assert lib.sum(1000) == 499500
@@ -201,7 +201,7 @@ def test_corrupt_so_is_rebuilt(cache_dir, count_builds):
     assert path2 == path
     assert len(count_builds) == 2
     assert DiskCache().get(key) is not None
-    assert compiler.load_library(path2).mul(6, 7) == 42
+    assert ctypes.CDLL(path2).mul(6, 7) == 42
 
 
 def test_truncated_meta_is_rebuilt(cache_dir, count_builds):
@@ -230,7 +230,7 @@ def test_syntax_error_raises_compilation_error(cache_dir):
 
 
 _CHILD = textwrap.dedent("""\
-    import json, os, sys, time
+    import ctypes, json, os, sys, time
     sys.path.insert(0, {repo!r})
     from polytc.codegen_c import compiler
     compiler.default_flags(); compiler.compiler_identity()   # warm up before the race
@@ -245,7 +245,7 @@ _CHILD = textwrap.dedent("""\
     while not os.path.exists(go):
         time.sleep(0.005)
     path = compiler.build_shared_object(open({src!r}).read(), {{}})
-    lib = compiler.load_library(path)
+    lib = ctypes.CDLL(path)
     print(json.dumps({{"built": len(built), "path": path, "result": lib.add(1, 2)}}))
 """)
 

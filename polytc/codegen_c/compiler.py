@@ -8,7 +8,6 @@ Flags keep IEEE semantics: no ``-ffast-math``.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import shlex
@@ -23,7 +22,7 @@ from .. import config
 from ..diagnostics import CompilationError, InternalError
 from ..runtime.cache import DiskCache, cache_key
 
-__all__ = ["compiler_identity", "default_flags", "build_shared_object", "load_library"]
+__all__ = ["compiler_identity", "default_flags", "build_shared_object"]
 
 BUILD_TIMEOUT_S = 120
 PROBE_TIMEOUT_S = 60
@@ -258,17 +257,6 @@ def build_shared_object(c_source: str, key_parts: dict | None = None) -> str:
     else:
         config.log(1, f"C kernel {key[:16]} found in cache")
     return os.path.join(entry["dir"], "kernel.so")
-
-
-def load_library(path: str) -> ctypes.CDLL:
-    """``ctypes.CDLL(path)`` with ``RTLD_LOCAL``; a failure is a :class:`CompilationError`."""
-    try:
-        return ctypes.CDLL(os.fspath(path), mode=os.RTLD_LOCAL)
-    except OSError as e:
-        raise CompilationError(
-            f"could not load compiled kernel {path}: {e}",
-            hint="remove the polytc cache directory and retry; if it persists, report it "
-                 "with POLYTC_DEBUG=2 output") from None
 
 
 def _wide_vectors() -> bool:
