@@ -106,14 +106,20 @@ def relax(scop: Scop, validity: isl.UnionMap) -> isl.UnionMap:
 
 
 def has_contraction(scop: Scop) -> bool:
-    """A reduction into a result of two or more dimensions (matmul, convolution)."""
-    return any(len(s.stmt.indices) >= 2 and s.stmt.reduction_vars for s in scop.stmts)
+    """A reduction into a result of two or more dimensions with an input that does not
+    depend on one of them (matmul, convolution: reuse that register tiles exploit)."""
+    from ..lang import program as P
 
-
-def resolve_fusion(fusion: str, scop: Scop) -> str:
-    if fusion != "auto":
-        return fusion
-    return "preserve" if has_contraction(scop) else "max"
+    for s in scop.stmts:
+        st = s.stmt
+        if len(st.indices) < 2 or not st.reduction_vars:
+            continue
+        for r in P.walk(st.rhs):
+            if isinstance(r, P.Read):
+                used = {x.name for i in r.indices for x in P.walk(i) if isinstance(x, P.Index)}
+                if set(st.indices) - used:
+                    return True
+    return False
 
 
 def configure(ctx: isl.Context, fusion: str) -> None:
@@ -135,8 +141,19 @@ MAX_OPERATIONS = 20_000_000
 
 
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> isl.Schedule:
-    """isl's schedule, or program order (always legal) if isl runs out of budget."""
-    fusion = resolve_fusion(fusion, scop)
+    """isl's schedule, or program order (always legal) if isl runs out of budget.
+    ``auto`` is ``preserve`` for programs with a contraction (fusing the rows of two
+    matmuls prevents tiling them), else ``max`` unless that makes the outermost loop
+    sequential (a reduction fused outside: atax), then ``preserve``."""
+    if fusion == "auto":
+        if has_contraction(scop):
+            return compute_schedule(scop, deps, "preserve")
+        fused = compute_schedule(scop, deps, "max")
+        outer = fused.get_root().child(0)
+        if outer.get_type() == isl.schedule_node_type.band and \
+                outer.band_member_get_coincident(0):
+            return fused
+        return compute_schedule(scop, deps, "preserve")
     configure(scop.ctx, fusion)
     validity = deps.relaxed if deps.relaxed is not None else deps.validity
     proximity = deps.raw.union(deps.waw)
