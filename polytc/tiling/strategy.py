@@ -206,13 +206,15 @@ class Tiler:
         if j is None:
             return None
         reads = _reads(sst.stmt.rhs)
+        jname = sst.vars[j_var]
+        if not any(r.indices and jname in _index_names_of(r.indices[-1]) for r in reads):
+            # no input is unit-stride along j (A B^T, or a dot product per row): vector
+            # loads along j would be gathers; the reduction is vectorised instead
+            return None
         # i: a parallel member some read does not depend on (register reuse), largest
         cands = [m for m in par if m != j and any(
             sst.vars[vars_[m]] not in _index_names(r) for r in reads)]
         i = max(cands, key=lambda m: self.extent(sst, vars_[m])) if cands else None
-        if i is None and not any(r.indices and isinstance(r.indices[-1], P.Index) and
-                                 r.indices[-1].name == sst.vars[j_var] for r in reads):
-            return None  # a row-wise reduction (a dot product per row): promote a scalar
         lead = [i] if i is not None else []
         outer = [m for m in par if m not in (i, j)]
         order = outer + lead + [j] + red
@@ -283,15 +285,15 @@ def _round_up(x, m):
 
 
 def _reads(e):
-    from ..lang import program as P
-
     return [x for x in P.walk(e) if isinstance(x, P.Read)]
 
 
-def _index_names(read):
-    from ..lang import program as P
+def _index_names_of(e) -> set:
+    return {x.name for x in P.walk(e) if isinstance(x, P.Index)}
 
-    return {x.name for s in read.indices for x in P.walk(s) if isinstance(x, P.Index)}
+
+def _index_names(read) -> set:
+    return set().union(*(_index_names_of(s) for s in read.indices)) if read.indices else set()
 
 
 def tile_schedule(schedule, scop, options, machine):
