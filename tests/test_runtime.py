@@ -213,3 +213,17 @@ def test_scheduler_budget_falls_back_to_program_order(monkeypatch):
     X = rand(9, 13)
     k = polytc.tc(SOFTMAX, options=polytc.Options(fusion="max"))
     np.testing.assert_allclose(k(X), np_softmax(X), rtol=1e-5, atol=1e-6)
+
+
+def test_threads_share_a_kernel_with_temporaries():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.kernels_small import SOFTMAX, np_softmax
+
+    k = polytc.tc(SOFTMAX)
+    xs = [rand(50, 70, seed=s) for s in range(16)]
+    k(xs[0])
+    with ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(k, xs))
+    for x, y in zip(xs, outs):
+        np.testing.assert_allclose(y, np_softmax(x), rtol=1e-5, atol=1e-6)

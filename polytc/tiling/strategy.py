@@ -49,14 +49,18 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine) -> Sizes:
 
 def _balanced(ext: int, step: int, cores: int, most: int = 16) -> int:
     """The largest tile height (a multiple of ``step``, at most ``most`` steps) whose
-    tiles divide among the cores within 6% of a perfect split (the outer tile loop is the
-    parallel one: 512 rows in tiles of 96 leave one core a sixth idle); failing that, the
-    best-balanced one."""
+    tiles keep every core busy to within 6% of a perfect split, else the best balanced
+    one.  The parallel loop runs over tiles, and isolation puts the full tiles and the
+    partial last one in separate loops: the full ones are shared by the cores, the
+    partial one runs after them (128 rows in tiles of 66 would leave one core idle)."""
     sizes = [k * step for k in range(1, most + 1) if k == 1 or (k - 1) * step < ext]
-    busiest = {t: -(-(-(-ext // t)) // cores) * min(t, ext) for t in sizes}
-    ideal = ext / cores
-    good = [t for t in sizes if busiest[t] <= ideal * 1.06]
-    return max(good) if good else min(sizes, key=lambda t: (busiest[t], -t))
+
+    def busiest(t):
+        full, rest = divmod(ext, t)
+        return -(-full // cores) * t + rest
+
+    good = [t for t in sizes if busiest(t) <= ext / cores * 1.06]
+    return max(good) if good else min(sizes, key=lambda t: (busiest(t), -t))
 
 
 class Tiler:
