@@ -1,13 +1,17 @@
 """Shared helpers for the benchmarks: interleaved timing, medians, tables, machine peak.
 
-Timing model.  Every contender is a callable with no arguments that does one whole call
-(allocating its result, as a user's call would).  ``time_interleaved`` warms each one up
-once, times one more call to choose how many calls make a sample (a loop of several for
-sub-millisecond kernels, so timer resolution and call jitter do not dominate) and how many
-samples to take (fewer for slow contenders), then takes the samples round-robin: in each
-round every contender runs once, in an order that rotates from round to round, so a
-noisy period of the machine (other processes, frequency changes) hits all contenders
-alike rather than one of them.  Before each sample it waits until the thread pools of
+Timing model.  Every contender does one whole call (allocating its result, as a user's
+call would).  It is either a callable with no arguments, timed in this process, or an
+object with ``once()`` (seconds of one call) and ``sample(inner)`` (seconds per call over
+``inner`` calls in a row) that may time the call elsewhere, e.g. in a worker process of
+its own (``bench_cpu.py`` does that, so the thread pools of different libraries never
+share a process).  ``time_interleaved`` warms each one up once, times one more call to
+choose how many calls make a sample (a loop of several for sub-millisecond kernels, so
+timer resolution and call jitter do not dominate) and how many samples to take (fewer
+for slow contenders), then takes the samples round-robin: in each round every contender
+runs once, in an order that rotates from round to round, so a noisy period of the
+machine (other processes, frequency changes) hits all contenders alike rather than one
+of them.  For callables timed in this process it first waits until the thread pools of
 the previous contender have stopped spinning (``settle``): OpenBLAS and onnxruntime keep
 a core busy for ~0.1 s after a call, which on a 2-core machine would slow down whichever
 contender comes next.  The result per contender is the median sample.
@@ -38,6 +42,7 @@ class Timing:
     samples: list = field(default_factory=list)
     inner: int = 1
     first: float = math.nan  # the warm-up call, seconds (includes any JIT compile)
+    error: str | None = None  # why timing stopped (the contender raised)
 
     @property
     def median(self) -> float:
@@ -89,28 +94,66 @@ def time_once(fn) -> float:
     return time.perf_counter() - t0
 
 
+def time_sample(fn, inner: int) -> float:
+    """Seconds per call of ``inner`` calls of ``fn`` in a row."""
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
+class Local:
+    """A callable timed in this process; ``quiet``: ``settle`` before each timing."""
+
+    def __init__(self, fn, quiet: bool = True):
+        self.fn, self.quiet = fn, quiet
+
+    def once(self) -> float:
+        if self.quiet:
+            settle()
+        return time_once(self.fn)
+
+    def sample(self, inner: int) -> float:
+        if self.quiet:
+            settle()
+        return time_sample(self.fn, inner)
+
+
+def short(e: BaseException) -> str:
+    """The first line of an exception's message, with its type."""
+    s = f"{type(e).__name__}: {e}".strip().splitlines()
+    return s[0][:160] if s else type(e).__name__
+
+
 def time_interleaved(contenders: dict, repeats: int, *, min_sample: float = 0.01,
                      slow: float = 1.0, slow_repeats: int = 3,
                      budget: float | None = None, warm: bool = False,
                      quiet: bool = True) -> dict:
-    """Time each ``name -> callable`` in ``contenders`` round-robin; returns name -> Timing.
+    """Time each ``name -> contender`` round-robin; returns name -> Timing.
 
-    ``warm=True`` says every callable has already run once (skips the warm-up call).
-    One more call per contender calibrates: it sets the calls per sample
-    (``calls_per_sample``) and the sample count (``samples_for``); when that call took
-    over ``slow`` seconds it is kept as the first sample.  Rounds run until every
-    contender has its count; a contender that has its count sits the later rounds out.
-    ``quiet``: before each sample wait for the previous contender's threads to stop
-    spinning (``settle``).
+    A contender is a callable (timed here, see ``Local``) or an object with ``once()``
+    and ``sample(inner)`` (see the module's doc).  ``warm=True`` says every contender has
+    already run once (skips the warm-up call).  One more call per contender calibrates:
+    it sets the calls per sample (``calls_per_sample``) and the sample count
+    (``samples_for``); when that call took over ``slow`` seconds it is kept as the first
+    sample.  Rounds run until every contender has its count; a contender that has its
+    count sits the later rounds out.  ``quiet``: before each timing of a callable wait
+    for the previous contender's threads to stop spinning (``settle``).  A contender that
+    raises is dropped from the later rounds, with the message in its Timing's ``error``.
     """
+    objs = {name: c if hasattr(c, "sample") else Local(c, quiet)
+            for name, c in contenders.items()}
     timings = {name: Timing() for name in contenders}
     plan = {}
-    for name, fn in contenders.items():
-        if not warm:
-            timings[name].first = time_once(fn)
-        if quiet:
-            settle()
-        one = time_once(fn)
+    for name, c in objs.items():
+        try:
+            if not warm:
+                timings[name].first = c.once()
+            one = c.once()
+        except Exception as e:  # noqa: BLE001 -- reported in the Timing
+            timings[name].error = short(e)
+            plan[name] = 0
+            continue
         timings[name].inner = calls_per_sample(one, min_sample)
         plan[name] = samples_for(one, repeats, slow, slow_repeats, budget)
         if one > slow:  # a slow call is a sample in itself: do not spend it on calibrating
@@ -120,15 +163,13 @@ def time_interleaved(contenders: dict, repeats: int, *, min_sample: float = 0.01
     for r in range(rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            if len(timings[name].samples) >= plan[name]:
+            t = timings[name]
+            if t.error is not None or len(t.samples) >= plan[name]:
                 continue
-            fn, inner = contenders[name], timings[name].inner
-            if quiet:
-                settle()
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            timings[name].samples.append((time.perf_counter() - t0) / inner)
+            try:
+                t.samples.append(objs[name].sample(t.inner))
+            except Exception as e:  # noqa: BLE001 -- reported in the Timing
+                t.error = short(e)
     return timings
 
 

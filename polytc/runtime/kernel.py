@@ -20,7 +20,7 @@ from ..lang import sizes as S
 from ..options import Options
 from . import args as A
 from .cache import DiskCache, cache_key
-from .memory import aligned_copy, aligned_empty, aligned_zeros, is_aligned
+from .memory import aligned_copy, aligned_zeros, allocator, is_aligned
 
 TARGET = "c"
 _PROCESS: dict = {}  # disk key -> CompiledKernel, shared by all Kernel objects
@@ -51,6 +51,8 @@ class CompiledKernel:
         self.align_inputs = tuple(meta.get("align_inputs", ()))
         #: outputs some element of which no statement writes start as zeros
         self.out_zero = meta.get("out_zero", [True] * len(program.outputs))
+        self._allocs = [(allocator(s, d, z), s, d) for s, d, z in
+                        zip(self.out_shapes, self.out_dtypes, self.out_zero)]
         self._build = build  # the isl objects when compiled in this process
         self.temps = [([S.evaluate(d, env) for d in t.shape], t.dtype.np_dtype)
                       for t in program.temporaries]
@@ -93,21 +95,23 @@ class CompiledKernel:
                 inputs[i] = aligned_copy(inputs[i])
         if outs is None:
             try:
-                outs = [aligned_empty(s, d, z) for s, d, z in
-                        zip(self.out_shapes, self.out_dtypes, self.out_zero)]
+                outs = [alloc(s, d) for alloc, s, d in self._allocs]
             except (MemoryError, ValueError) as e:
                 raise PolytcError(f"{self.program.name}: cannot allocate outputs of shapes "
                                   f"{self.out_shapes} ({e})") from None
         buf = self._buf
-        try:  # list.pop/append are atomic: the pool is safe when threads share a kernel
-            scratch = self._scratch.pop()
-        except IndexError:
-            scratch = self._new_scratch()
-        try:
-            rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
-                          *[buf(t) for t in scratch])
-        finally:
-            self._scratch.append(scratch)
+        if not self.temps:
+            rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs])
+        else:
+            try:  # list.pop/append are atomic: the pool is safe when threads share a kernel
+                scratch = self._scratch.pop()
+            except IndexError:
+                scratch = self._new_scratch()
+            try:
+                rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
+                              *[buf(t) for t in scratch])
+            finally:
+                self._scratch.append(scratch)
         if rc:
             self._fail(rc)
         return outs[0] if len(outs) == 1 else tuple(outs)
