@@ -1,7 +1,7 @@
 """polytc against numpy, PyTorch (eager and torch.compile) and onnxruntime on the CPU.
 
     python benchmarks/bench_cpu.py [--only name,name] [--repeats N] [--tune-budget SECONDS]
-                                   [--quick]
+                                   [--quick] [--in-process]
 
 One table: per kernel the median milliseconds of one whole call (inputs ready, output
 allocated by the callee) of polytc with default options, polytc after ``polytc.autotune``
@@ -10,24 +10,40 @@ eager, ``torch.compile`` and onnxruntime, the best contender, polytc's time over
 and polytc's GFLOP/s (and GB/s of compulsory traffic for memory-bound kernels).  The fp32
 peak of the machine, measured by ``benchmarks/peak.c``, is printed above it.
 
+Every library runs in a persistent worker process of its own (polytc, numpy, torch eager,
+torch.compile, onnxruntime), so their thread pools (torch's libgomp, the system libgomp
+of polytc's kernels, OpenBLAS's, onnxruntime's) never share a process.  This process
+generates the inputs, computes numpy's reference and interleaves the samples: in each
+round it asks each worker in turn for one sample and waits for the answer, so one worker
+runs at a time while the others block on their pipe.  ``--in-process`` times everything
+in this one process instead (the old way, for comparison).
+
 Every library runs on the thread count polytc's kernels use (POLYTC_NUM_THREADS /
 OMP_NUM_THREADS, else every core).  Contenders are timed round-robin (see ``common``).
 polytc's output, and every contender's, is checked against numpy's once per kernel
-(allclose, rtol=atol=1e-3); a wrong result reads ``WRONG`` and is never timed.  torch and
-onnxruntime are optional: their columns read ``n/a`` when they are not installed.
+(allclose, rtol=atol=1e-3); a wrong result reads ``WRONG`` and is never timed; a
+contender that raises, or whose worker dies, reads ``fail``.  torch and onnxruntime are
+optional: their columns read ``n/a`` when they are not installed.
 """
 from __future__ import annotations
 
 import argparse
+import codecs
+import collections
 import math
 import os
+import pickle
+import select
+import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import common  # noqa: E402
 
 COLUMNS = ["kernel", "polytc", "tuned", "numpy", "torch", "torch.compile", "ort", "best",
@@ -350,18 +366,14 @@ def benches() -> list:
 
 # --- contenders -------------------------------------------------------------------------
 
-_HAVE: dict = {}
+# --- contenders -------------------------------------------------------------------------
 
-
-def have(module: str) -> bool:
-    """Whether ``module`` imports (torch and onnxruntime are optional)."""
-    if module not in _HAVE:
-        try:
-            __import__(module)
-            _HAVE[module] = True
-        except Exception:  # noqa: BLE001 -- ImportError, or a broken install
-            _HAVE[module] = False
-    return _HAVE[module]
+# a family is one library; each runs in a worker process of its own (one process for
+# both polytc columns), in this order (the order of the columns)
+FAMILIES = {"polytc": ["polytc", "tuned"], "numpy": ["numpy"], "torch": ["torch"],
+            "torch.compile": ["torch.compile"], "ort": ["ort"]}
+MODULES = {"polytc": "polytc", "numpy": "numpy", "torch": "torch", "torch.compile": "torch",
+           "ort": "onnxruntime"}
 
 
 def as_tuple(x):
@@ -438,22 +450,26 @@ def tuned_kernel(polytc, k, arrays, budget):
     raise TypeError(f"polytc.autotune returned {type(res).__name__}")
 
 
-def short(e: BaseException) -> str:
-    s = f"{type(e).__name__}: {e}".strip().splitlines()
-    return s[0][:160] if s else type(e).__name__
+short = common.short
 
 
-def run_bench(bench, args, threads, rng, notes):
-    import polytc
+def init_family(family, threads) -> str:
+    """Import a family's library and set its thread count; its version.  ImportError
+    when it is not installed."""
+    mod = __import__(MODULES[family])
+    if family in ("torch", "torch.compile"):
+        mod.set_num_threads(threads)
+        mod.set_grad_enabled(False)  # inference: no autograd bookkeeping in the timings
+    return getattr(mod, "__version__", "?")
 
-    arrays = bench.inputs(rng)
-    ref = bench.numpy(*arrays)
-    refs = tuple(np.asarray(r) for r in as_tuple(ref))
-    calls = {}     # column -> callable to time
-    cells = {}     # column -> marker string instead of a time
+
+def setup_family(family, bench, arrays, refs, threads, tune_budget=0.0, verbose=False):
+    """Build a family's contenders for one kernel, run each once (warm-up, JIT compile)
+    and check its output.  Returns (column -> callable to time, column -> marker string
+    instead of a time, notes)."""
+    calls, cells, notes = {}, {}, []
 
     def add(col, make):
-        """Build a contender, run it once (warm-up, JIT compile), check it."""
         t0 = time.perf_counter()
         try:
             fn = make()
@@ -468,63 +484,397 @@ def run_bench(bench, args, threads, rng, notes):
             notes.append(f"{bench.name} {col}: WRONG, {why}")
             return
         calls[col] = fn
-        if args.verbose:
+        if verbose:
             print(f"  {bench.name} {col}: ready in {time.perf_counter() - t0:.2f}s",
                   file=sys.stderr)
 
-    k = polytc.tc(bench.tc)
-    add("polytc", lambda: (lambda: k(*arrays)))
+    if family == "polytc":
+        import polytc
 
-    if args.tune_budget > 0 and hasattr(polytc, "autotune"):
-        def make_tuned():
-            kt = tuned_kernel(polytc, k, arrays, args.tune_budget)
-            return lambda: kt(*arrays)
-        add("tuned", make_tuned)
+        kern = {}
+
+        def make_default():
+            kern["k"] = k = polytc.tc(bench.tc)
+            k.specialize(*arrays)  # compile (or load from the disk cache)
+            return lambda: k(*arrays)
+
+        add("polytc", make_default)
+        if tune_budget > 0 and hasattr(polytc, "autotune"):
+            def make_tuned():
+                kt = tuned_kernel(polytc, kern.get("k") or polytc.tc(bench.tc), arrays,
+                                  tune_budget)
+                return lambda: kt(*arrays)
+
+            add("tuned", make_tuned)
+        else:
+            cells["tuned"] = "-"
+    elif family == "numpy":
+        add("numpy", lambda: (lambda: bench.numpy(*arrays)))
+    elif family in ("torch", "torch.compile"):
+        if bench.torch is None:
+            cells[family] = "n/a"
+        else:
+            import torch
+
+            tens = [torch.from_numpy(a) for a in arrays]
+            fn = bench.torch
+
+            def eager():
+                return lambda: fn(*tens)
+
+            def compiled():
+                torch._dynamo.reset()
+                c = torch.compile(fn, dynamic=False)
+                return lambda: c(*tens)
+
+            add(family, eager if family == "torch" else compiled)
+    elif family == "ort":
+        if bench.onnx is None:
+            cells["ort"] = "n/a"
+        else:
+            add("ort", lambda: onnx_session(bench, arrays, refs, threads))
     else:
-        cells["tuned"] = "-"
+        raise ValueError(f"unknown family {family!r}")
+    return calls, cells, notes
 
-    add("numpy", lambda: (lambda: bench.numpy(*arrays)))
 
-    if have("torch") and bench.torch is not None:
-        import torch
+# --- worker processes -------------------------------------------------------------------
+#
+# The parent sends pickled requests on a worker's stdin and reads pickled answers on its
+# stdout (the worker points its fd 1 at stderr, so what libraries print cannot corrupt
+# the answers):
+#   (at start)                        <- ("hello", version) | ("missing", why)
+#   ("setup", kernel, arrays, refs, opts) -> ("ok", ready columns, cells, notes)
+#   ("once", column)                  -> ("ok", seconds of one call)
+#   ("sample", column, inner)         -> ("ok", seconds per call over inner calls)
+#   ("quit",)
+# Any request may be answered ("error", why).  Before answering a request that ran the
+# kernel the worker waits until its own threads stop spinning (common.settle), so the
+# next worker starts on an idle machine.
 
-        tens = [torch.from_numpy(a) for a in arrays]
-        fn = bench.torch
+class WorkerError(Exception):
+    pass
 
-        def eager():
-            return lambda: fn(*tens)
 
-        def compiled():
-            torch._dynamo.reset()
-            c = torch.compile(fn, dynamic=False)
-            return lambda: c(*tens)
+# glibc's malloc serves big blocks with mmap and adapts its threshold to the blocks freed
+# so far, and gives memory back to the system past another threshold that adapts too:
+# whether a call's 4 MB output (or polytc's aligned copy of an input) reuses freed memory
+# or takes ~1000 fresh page faults depends on what the process did before.  Measured:
+# polytc's sgemm1024 10.5 ms in one process, 13-16 ms in another with the same code.
+# Workers fix both thresholds (as a long-running process that reuses its memory sees it)
+# unless --default-malloc.
+MALLOC_MMAP_THRESHOLD = 32 << 20  # glibc's largest; the kernels' arrays are at most 16 MB
+MALLOC_TRIM_THRESHOLD = 1 << 30
 
-        with torch.no_grad():
-            add("torch", eager)
-            add("torch.compile", compiled)
+
+def steady_malloc() -> bool:
+    """Set glibc's mmap and trim thresholds (see above); False where there is no mallopt."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)
+                and mallopt(m_trim_threshold, MALLOC_TRIM_THRESHOLD))
+
+
+def placed(a: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of ``a`` in a fresh buffer whose address is ``offset`` modulo 64.  polytc
+    copies contraction inputs that are not 64-byte aligned (16 MB a call for atax), so
+    where an input lies matters: the inputs are placed at --input-offset, and a worker
+    places its copies as the parent's arrays are."""
+    if a.ndim == 0 or a.nbytes == 0:
+        return np.array(a, copy=True)
+    buf = np.empty(a.nbytes + 64, np.uint8)
+    off = (offset - buf.ctypes.data) % 64
+    out = buf[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def worker_main(family: str, threads: int, malloc: bool = True) -> int:
+    """The loop of a worker process (see above)."""
+    if malloc:
+        steady_malloc()
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(msg):
+        pickle.dump(msg, proto_out, protocol=pickle.HIGHEST_PROTOCOL)
+        proto_out.flush()
+
+    try:
+        version = init_family(family, threads)
+    except ImportError as e:
+        send(("missing", short(e)))
+        return 0
+    except Exception as e:  # noqa: BLE001 -- a broken install
+        send(("error", short(e)))
+        return 1
+    send(("hello", version))
+    by_name = {b.name: b for b in benches()}
+    calls: dict = {}
+    quiet = True
+    while True:
+        try:
+            msg = pickle.load(proto_in)
+        except EOFError:
+            return 0
+        op = msg[0]
+        if op == "quit":
+            return 0
+        try:
+            if op == "setup":
+                _, name, arrays, refs, opts = msg
+                calls = {}
+                # unpickled arrays live inside the pickle's buffer: copy them to the
+                # parent's alignment
+                arrays = [placed(a, off) for a, off in zip(arrays, opts["offsets"])]
+                msg = None
+                quiet = opts.get("quiet", True)
+                calls, cells, notes = setup_family(
+                    family, by_name[name], arrays, refs, threads,
+                    opts.get("tune_budget", 0.0), opts.get("verbose", False))
+                reply = ("ok", list(calls), cells, notes)
+            elif op == "once":
+                reply = ("ok", common.time_once(calls[msg[1]]))
+            elif op == "sample":
+                reply = ("ok", common.time_sample(calls[msg[1]], msg[2]))
+            else:
+                reply = ("error", f"unknown request {op!r}")
+            if quiet:
+                common.settle()
+        except Exception as e:  # noqa: BLE001 -- answered, the parent reports it
+            reply = ("error", short(e))
+        send(reply)
+
+
+class Worker:
+    """The parent's handle on one family's worker process."""
+
+    def __init__(self, family: str, threads: int, malloc: bool = True):
+        self.family, self.threads, self.malloc = family, threads, malloc
+        self.proc = None
+        self.version = None   # after hello
+        self.missing = None   # why the library is not installed
+        self.tail = collections.deque(maxlen=20)  # the worker's last stderr lines
+
+    def start(self):
+        code = (f"import sys; sys.path.insert(0, {HERE!r}); import bench_cpu; "
+                f"sys.exit(bench_cpu.worker_main({self.family!r}, {self.threads}, "
+                f"{self.malloc}))")
+        self.tail.clear()
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # forward the worker's stderr (warnings, autotune's progress) and keep its tail
+        threading.Thread(target=self._forward, args=(self.proc.stderr,),
+                         daemon=True).start()
+
+    def _forward(self, pipe):
+        fd, last = pipe.fileno(), ""
+        decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+        while True:  # chunks, not lines: progress bars that redraw with \r stay live
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            text = decode(chunk)
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            lines = (last + text).replace("\r", "\n").split("\n")
+            last = lines.pop()
+            self.tail.extend(ln for ln in lines if ln.strip())
+        if last.strip():
+            self.tail.append(last)
+
+    def hello(self):
+        """Wait for the worker's first message (after its imports)."""
+        try:
+            kind, what = self._recv(300)
+        except WorkerError as e:
+            self.version, self.missing = None, None
+            raise WorkerError(f"{self.family} worker did not start: {e}") from None
+        if kind == "hello":
+            self.version = what
+        elif kind == "missing":
+            self.missing = what
+            self._reap()
+        else:
+            self._reap()
+            raise WorkerError(f"{self.family}: {what}")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def call(self, msg, timeout: float | None):
+        """Send one request, return its answer's payload; WorkerError when the worker
+        answers an error, dies or does not answer within ``timeout`` seconds (then it is
+        killed: it is started again for the next kernel)."""
+        if self.proc is None:
+            raise WorkerError(f"{self.family} worker was not started")
+        if self.proc.poll() is not None:
+            raise WorkerError(self._death())
+        try:
+            pickle.dump(msg, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerError(self._death()) from None
+        reply = self._recv(timeout)
+        if reply[0] == "error":
+            raise WorkerError(reply[1])
+        return reply[1:] if len(reply) > 2 else reply[1]
+
+    def _recv(self, timeout):
+        fd = self.proc.stdout.fileno()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:  # wait in slices, so a worker that died is noticed
+            left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
+            if left <= 0:
+                self.kill()
+                raise WorkerError(f"{self.family} worker gave no answer in {timeout:.0f}s "
+                                  f"(killed)")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                break
+        try:
+            return pickle.load(self.proc.stdout)
+        except (EOFError, pickle.UnpicklingError, OSError):
+            raise WorkerError(self._death()) from None
+
+    def _death(self) -> str:
+        rc = self._reap()
+        how = (f"killed by signal {-rc}" if rc is not None and rc < 0
+               else f"exit code {rc}")
+        time.sleep(0.05)  # let the forwarding thread read the last lines
+        last = next((ln for ln in reversed(self.tail) if ln.strip()), "")
+        return f"{self.family} worker died ({how})" + (f": {last[:160]}" if last else "")
+
+    def _reap(self):
+        try:
+            return self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.returncode
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.alive:
+            try:
+                pickle.dump(("quit",), self.proc.stdin)
+                self.proc.stdin.close()
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+
+class Remote:
+    """A contender timed in its worker (``common.time_interleaved`` calls these)."""
+
+    def __init__(self, worker: Worker, col: str, timeout: float = 600.0):
+        self.worker, self.col, self.timeout = worker, col, timeout
+
+    def once(self) -> float:
+        return self.worker.call(("once", self.col), self.timeout)
+
+    def sample(self, inner: int) -> float:
+        return self.worker.call(("sample", self.col, inner), self.timeout)
+
+
+def start_workers(threads, malloc: bool = True) -> dict:
+    workers = {f: Worker(f, threads, malloc) for f in FAMILIES}
+    for w in workers.values():   # start them all, then wait: the imports overlap
+        w.start()
+    return workers
+
+
+# --- one kernel -------------------------------------------------------------------------
+
+def run_bench(bench, args, threads, rng, notes, workers=None):
+    """One row of the table.  ``workers``: family -> Worker (each library in its own
+    process); None: every library in this process (``--in-process``)."""
+    arrays = [placed(a, args.input_offset) for a in bench.inputs(rng)]
+    ref = bench.numpy(*arrays)
+    refs = tuple(np.asarray(r) for r in as_tuple(ref))
+    contenders = {}  # column -> what to time (a callable, or a Remote)
+    cells = {}       # column -> marker string instead of a time
+    if workers is None:
+        for family, cols in FAMILIES.items():
+            if family not in _READY:
+                for col in cols:
+                    cells[col] = ("-" if col == "tuned" and args.tune_budget <= 0
+                                  else _READY_CELL.get(family, "n/a"))
+                continue
+            calls, c, n = setup_family(family, bench, arrays, refs, threads,
+                                       args.tune_budget, args.verbose)
+            contenders.update(calls)
+            cells.update(c)
+            notes.extend(n)
     else:
-        cells["torch"] = cells["torch.compile"] = "n/a"
-
-    if have("onnxruntime") and bench.onnx is not None:
-        add("ort", lambda: onnx_session(bench, arrays, refs, threads))
-    else:
-        cells["ort"] = "n/a"
+        common.settle()  # this process's OpenBLAS threads, from the reference
+        opts = {"tune_budget": args.tune_budget, "verbose": args.verbose,
+                "quiet": not args.no_settle, "offsets": [a.ctypes.data % 64 for a in arrays]}
+        setup_timeout = 1800 + 3 * args.tune_budget
+        for family, cols in FAMILIES.items():
+            w = workers[family]
+            if w.missing is not None:
+                for col in cols:
+                    cells[col] = "n/a"
+                continue
+            if args.tune_budget <= 0 and "tuned" in cols:
+                cells["tuned"] = "-"
+            try:
+                if not w.alive:  # it died with an earlier kernel (or never started)
+                    w.start()
+                    w.hello()
+                if w.missing is not None:
+                    for col in cols:
+                        cells[col] = "n/a"
+                    continue
+                t0 = time.perf_counter()
+                ready, c, n = w.call(("setup", bench.name, arrays, refs, opts),
+                                     setup_timeout)
+            except WorkerError as e:
+                for col in cols:
+                    cells.setdefault(col, "fail")
+                notes.append(f"{bench.name} {family}: {e}")
+                continue
+            if args.verbose:
+                print(f"  {bench.name} {family}: set up in {time.perf_counter() - t0:.2f}s",
+                      file=sys.stderr)
+            cells.update(c)
+            notes.extend(n)
+            for col in ready:
+                contenders[col] = Remote(w, col)
 
     repeats = args.repeats if bench.repeats is None else min(args.repeats, bench.repeats)
-    ctx = None
-    if "torch" in calls or "torch.compile" in calls:
-        import torch
-
-        ctx = torch.no_grad()
-        ctx.__enter__()
-    try:
-        timings = common.time_interleaved(
-            calls, repeats, warm=True, min_sample=args.min_sample, slow=1.0,
-            slow_repeats=1 if args.quick else 3)
-    finally:
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
-    times = {col: t.median for col, t in timings.items()}
+    timings = common.time_interleaved(
+        contenders, repeats, warm=True, min_sample=args.min_sample, slow=1.0,
+        slow_repeats=1 if args.quick else 3, quiet=not args.no_settle)
+    times = {}
+    for col, t in timings.items():
+        if args.verbose:
+            print(f"  {bench.name} {col}: {t.inner} call(s) a sample, ms "
+                  + " ".join(common.fmt_ms(x) for x in t.samples), file=sys.stderr)
+        if t.error is not None:
+            cells[col] = "fail"
+            notes.append(f"{bench.name} {col}: {t.error}")
+        else:
+            times[col] = t.median
 
     best_col = min((c for c in CONTENDERS if c in times), key=times.get, default=None)
     best = times[best_col] if best_col else math.nan
@@ -544,11 +894,15 @@ def run_bench(bench, args, threads, rng, notes):
     row.append(common.fmt_num(flops / poly * 1e-9) if math.isfinite(poly) else "-")
     row.append(common.fmt_num(nbytes / poly * 1e-9)
                if bench.membound and math.isfinite(poly) else "")
-    samples = {c: len(t.samples) for c, t in timings.items()}
+    samples = {c: len(t.samples) for c, t in timings.items() if t.error is None}
     if any(n != args.repeats for n in samples.values()):
         notes.append(f"{bench.name}: samples per column "
                      + ", ".join(f"{c} {n}" for c, n in samples.items()))
     return row
+
+
+_READY: dict = {}       # --in-process: family -> version, for the libraries that import
+_READY_CELL: dict = {}  # --in-process: family -> "n/a" (not installed) or "fail"
 
 
 def main(argv=None):
@@ -563,6 +917,22 @@ def main(argv=None):
     ap.add_argument("--min-sample", type=float, default=None,
                     help="seconds a sample lasts at least (short kernels loop; default "
                          "0.02, 0.005 with --quick)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="time every library in this one process (the old way: their "
+                         "thread pools disturb one another) instead of one worker "
+                         "process per library")
+    ap.add_argument("--no-settle", action="store_true",
+                    help="do not wait for a contender's threads to stop spinning before "
+                         "the next one runs (to see what that wait is worth)")
+    ap.add_argument("--input-offset", type=int, default=16, choices=range(0, 64, 16),
+                    metavar="{0,16,32,48}",
+                    help="every input array starts this many bytes past a 64-byte "
+                         "boundary (default 16: where numpy's allocator puts big arrays; "
+                         "0: 64-byte aligned)")
+    ap.add_argument("--default-malloc", action="store_true",
+                    help="leave glibc malloc's adaptive thresholds in the workers (by "
+                         "default they are fixed, so repeated big allocations reuse memory "
+                         "instead of faulting in fresh pages)")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = ap.parse_args(argv)
     if args.repeats is None:
@@ -584,20 +954,46 @@ def main(argv=None):
         chosen = [bb for bb in all_benches if bb.quick or not args.quick]
 
     threads = common.default_threads()
-    versions = [f"numpy {np.__version__}"]
-    if have("torch"):
-        import torch
+    workers = None
+    try:
+        early_notes = []
+        if args.in_process:
+            for family in FAMILIES:
+                try:
+                    _READY[family] = init_family(family, threads)
+                except ImportError:
+                    _READY_CELL[family] = "n/a"
+                except Exception as e:  # noqa: BLE001 -- a broken install
+                    _READY_CELL[family] = "fail"
+                    early_notes.append(f"{family}: {short(e)}")
+            versions = dict(_READY)
+            missing = {f for f in FAMILIES if _READY_CELL.get(f) == "n/a"}
+        else:
+            workers = start_workers(threads, not args.default_malloc)
+            for w in workers.values():
+                try:
+                    w.hello()
+                except WorkerError as e:
+                    early_notes.append(str(e))
+            versions = {f: w.version for f, w in workers.items() if w.version}
+            missing = {f for f, w in workers.items() if w.missing is not None}
+        return report(args, chosen, threads, workers, versions, missing, early_notes)
+    finally:
+        if workers:
+            for w in workers.values():
+                w.stop()
 
-        torch.set_num_threads(threads)
-        versions.append(f"torch {torch.__version__}")
-    else:
-        versions.append("torch not installed")
-    if have("onnxruntime"):
-        import onnxruntime
 
-        versions.append(f"onnxruntime {onnxruntime.__version__}")
-    else:
-        versions.append("onnxruntime not installed")
+def report(args, chosen, threads, workers, versions, missing, notes):
+    vers = [f"numpy {np.__version__}"]
+    for family, lib in (("torch", "torch"), ("ort", "onnxruntime")):
+        v = versions.get(family) or (versions.get("torch.compile") if lib == "torch" else None)
+        if v:
+            vers.append(f"{lib} {v}")
+        elif family in missing:
+            vers.append(f"{lib} not installed")
+        else:
+            vers.append(f"{lib} failed to import")
 
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     peak = common.measure_peak(threads)
@@ -609,17 +1005,19 @@ def main(argv=None):
               f"{peak['gflops']:.0f} GFLOP/s")
     else:
         print(f"fp32 peak: not measured ({(peak or {}).get('error')})")
-    print(f"{', '.join(versions)}; median ms of one call over {args.repeats} interleaved "
-          f"samples{' (--quick)' if args.quick else ''}")
+    where = ("all libraries in one process (--in-process)" if workers is None
+             else "each library in a worker process of its own")
+    print(f"{', '.join(vers)}; median ms of one call over {args.repeats} interleaved "
+          f"samples{' (--quick)' if args.quick else ''}, {where}")
     sys.stdout.flush()
 
     rng = np.random.default_rng(0)
-    rows, notes = [], []
+    rows = []
     t_start = time.perf_counter()
     for bench in chosen:
         t0 = time.perf_counter()
         try:
-            rows.append(run_bench(bench, args, threads, rng, notes))
+            rows.append(run_bench(bench, args, threads, rng, notes, workers))
         except Exception as e:  # noqa: BLE001 -- one broken kernel does not end the run
             rows.append([bench.name] + ["fail"] + [""] * (len(COLUMNS) - 2))
             notes.append(f"{bench.name}: {short(e)}")
@@ -631,6 +1029,9 @@ def main(argv=None):
     print("sizes: " + "; ".join(f"{bb.name} {bb.sizes}" for bb in chosen))
     print("best = fastest of numpy, torch, torch.compile, ort; GFLOP/s and GB/s (compulsory "
           "traffic: inputs + outputs once) are polytc's (the faster of default and tuned)")
+    print(f"inputs start {args.input_offset} bytes past a 64-byte boundary (--input-offset)"
+          + ("" if workers is None or args.default_malloc
+             else "; workers' malloc keeps freed memory (--default-malloc)"))
     for n in notes:
         print("note: " + n)
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0

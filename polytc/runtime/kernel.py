@@ -255,11 +255,22 @@ def _build(program, env, options):
 
 
 def _align_inputs(program, b) -> list:
-    """Inputs read by a register-tiled contraction: each element is reused many times,
-    so an aligned copy pays for itself."""
-    names = set()
+    """Inputs of a register-tiled contraction whose every element is reused at least 16
+    times: only then does an aligned copy pay for itself (a matrix-vector product reads
+    each element once, and the copy would cost as much as the kernel)."""
+    from .pipeline import _points
+
+    out = set()
     for entry in b.tiling:
-        if entry[0] == "contraction":
-            st = next(s for s in b.scop.stmts if s.name == entry[1]).stmt
-            names |= {e.tensor for e in P.walk(st.rhs) if isinstance(e, P.Read)}
-    return [i for i, t in enumerate(program.inputs) if t.name in names and t.rank >= 2]
+        if entry[0] != "contraction":
+            continue
+        sst = next(s for s in b.scop.stmts if s.name == entry[1])
+        points = _points(sst, b.env)
+        for e in P.walk(sst.stmt.rhs):
+            if isinstance(e, P.Read) and len(e.indices) >= 2:
+                size = 1
+                for d in b.scop.shapes[e.tensor]:
+                    size *= d
+                if points >= 16 * size:
+                    out.add(e.tensor)
+    return [i for i, t in enumerate(program.inputs) if t.name in out]
