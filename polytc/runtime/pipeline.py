@@ -74,6 +74,7 @@ def p_tile(b: Build) -> Build:
     from ..tiling.strategy import tile_schedule
 
     b.schedule, b.tiling = tile_schedule(_schedule(b), b.scop, b.options, host())
+    b.stages["tiling"] = "\n".join(str(entry) for entry in b.tiling)
     return b
 
 
