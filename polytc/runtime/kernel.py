@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import json
+
+import numpy as np
 import time
 
 
@@ -57,6 +59,7 @@ class CompiledKernel:
         self.temps = [([S.evaluate(d, env) for d in t.shape], t.dtype.np_dtype)
                       for t in program.temporaries]
         self._scratch: list = []  # free sets of temporaries, reused across calls
+        self._copies: list = []  # free sets of aligned input buffers, likewise
         ffi = _ffi(len(program.inputs) + len(program.outputs) + len(program.temporaries))
         self._lib = ffi.dlopen(lib_path)
         self._fn = self._lib.polytc_kernel
@@ -89,10 +92,28 @@ class CompiledKernel:
 
     # --- running -------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):
+        copies = None
         for i in self.align_inputs:
             if not is_aligned(inputs[i]):
-                inputs = list(inputs)
-                inputs[i] = aligned_copy(inputs[i])
+                if copies is None:  # aligned buffers reused across calls: no page faults
+                    try:
+                        copies = self._copies.pop()
+                    except IndexError:
+                        copies = {}
+                    inputs = list(inputs)
+                buf = copies.get(i)
+                if buf is None:
+                    buf = copies[i] = aligned_copy(inputs[i])
+                else:
+                    np.copyto(buf, inputs[i])
+                inputs[i] = buf
+        try:
+            return self._run(inputs, outs)
+        finally:
+            if copies is not None:
+                self._copies.append(copies)
+
+    def _run(self, inputs, outs):
         if outs is None:
             try:
                 outs = [alloc(s, d) for alloc, s, d in self._allocs]
