@@ -171,3 +171,28 @@ def test_misaligned_inputs_reuse_aligned_copies():
         view[...] = rng.standard_normal((64, 64))
         B = rng.standard_normal((64, 64)).astype(np.float32)
         np.testing.assert_allclose(k(view, B), view @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_auto_fusion_follows_the_cost_model():
+    """auto: one fused row loop for softmax (as max), no fused rows across the two
+    matmuls of an MLP (as preserve: each stays register-tiled), and preserve when max
+    would make the outer loop a reduction (atax)."""
+    soft = polytc.tc(SOFTMAX, options=polytc.Options(parallel_min_points=1))
+    ck = soft.specialize(np.zeros((9, 40), np.float32))
+    assert ck.code[ck.code.index("int polytc_kernel"):].count("omp parallel for") == 1
+    mlp = polytc.tc("""def mlp(float(B,I) X, float(I,H) W1, float(H,O) W2) -> (Y) {
+        T(b, h) +=! X(b, i) * W1(i, h)
+        Y(b, o) +=! T(b, h) * W2(h, o)
+    }""")
+    b = pipeline.run(mlp.program, {"B": 30, "I": 40, "H": 50, "O": 60}, mlp.options)
+    assert [e[1] for e in b.tiling if e[0] == "contraction"] == ["S0", "S1"]
+    assert "contraction" in b.stages["tiling"]
+    atax = """def atax(float(M,N) A, float(N) x) -> (y) {
+        t(i) +=! A(i, j) * x(j)
+        y(j) +=! A(i, j) * t(i)
+    }"""
+    shapes = [(33, 47), (47,)]
+    auto = check(atax, shapes, polytc.Options(parallel_min_points=1))
+    keep = check(atax, shapes, polytc.Options(fusion="preserve", parallel_min_points=1))
+    fused = check(atax, shapes, polytc.Options(fusion="max", parallel_min_points=1))
+    assert auto.code == keep.code != fused.code

@@ -11,6 +11,8 @@ import re
 import cgen as c
 import islpy as isl
 
+from ..lang import program as P
+
 from ..lang import sizes as S
 from .cexpr import PRELUDE, ExprPrinter, div_helpers, statement_code, target_code
 
@@ -91,7 +93,7 @@ class Promotion:
             sst, printer = self.em.instance(user)
             st = sst.stmt
             if sst.kind != "body" or st.op is None or any(
-                    r.tensor == st.tensor for r in _reads(st.rhs)):
+                    r.tensor == st.tensor for r in P.reads(st.rhs)):
                 return None
             target = target_code(sst, printer)
             if _uses(target, iters):
@@ -148,12 +150,6 @@ def _const_bounds(for_node):
         return None, None
     hi = bound.int_get_val().to_python() - (1 if cond.op_get_type() == _OP.lt else 0)
     return init.int_get_val().to_python(), hi
-
-
-def _reads(e):
-    from ..lang import program as P
-
-    return [x for x in P.walk(e) if isinstance(x, P.Read)]
 
 
 def _strip(text: str) -> str:

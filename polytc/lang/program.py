@@ -139,6 +139,11 @@ def walk(e):
         yield from walk(c)
 
 
+def reads(e) -> list:
+    """Every tensor read in ``e``, subscripts included."""
+    return [x for x in walk(e) if isinstance(x, Read)]
+
+
 def identity(op: str, dtype: ScalarType):
     """The identity of a reduction operator in ``dtype`` (for the ``!`` forms)."""
     import numpy as np

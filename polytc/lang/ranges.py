@@ -169,12 +169,3 @@ def check_nonempty(program: P.Program, env: dict) -> None:
 
 def _fmt_env(env: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in env.items())
-
-
-def first_use_spans(exprs, out: dict) -> dict:
-    for e in exprs:
-        for x in P.walk(e):
-            if isinstance(x, P.Index) and x.name not in out:
-                out[x.name] = x.span
-    return out
-

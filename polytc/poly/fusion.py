@@ -13,6 +13,7 @@ from __future__ import annotations
 import islpy as isl
 
 from .. import config
+from ..lang import program as P
 from .schedule import has_contraction
 from .scop import Scop
 
@@ -67,7 +68,7 @@ def _insert_rest(leaf, ssts, scop):
     node = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(umap))
     alone = len(ssts) == 1
     s = ssts[0]
-    reads_self = any(r.tensor == s.stmt.tensor for r in _reads(s.stmt.rhs))
+    reads_self = any(r.tensor == s.stmt.tensor for r in P.reads(s.stmt.rhs))
     for m in range(depth):
         var = s.vars[m + 1] if m + 1 < len(s.vars) else None
         par = alone and var is not None and (s.kind == "init" or (
@@ -75,12 +76,6 @@ def _insert_rest(leaf, ssts, scop):
         node = node.band_member_set_coincident(m, 1 if par else 0)
     node = node.band_set_permutable(1 if alone and not reads_self else 0)
     return node
-
-
-def _reads(e):
-    from ..lang import program as P
-
-    return [x for x in P.walk(e) if isinstance(x, P.Read)]
 
 
 def respects(schedule: isl.Schedule, validity: isl.UnionMap) -> bool:

@@ -74,7 +74,7 @@ def reassociable(sst) -> bool:
 
     st = sst.stmt
     return (sst.kind == "body" and st.op in ("+", "*", "min", "max") and bool(st.reduction_vars)
-            and not any(isinstance(e, P.Read) and e.tensor == st.tensor for e in P.walk(st.rhs)))
+            and not any(e.tensor == st.tensor for e in P.reads(st.rhs)))
 
 
 def relax(scop: Scop, validity: isl.UnionMap) -> isl.UnionMap:
@@ -114,11 +114,10 @@ def has_contraction(scop: Scop) -> bool:
         st = s.stmt
         if len(st.indices) < 2 or not st.reduction_vars:
             continue
-        for r in P.walk(st.rhs):
-            if isinstance(r, P.Read):
-                used = {x.name for i in r.indices for x in P.walk(i) if isinstance(x, P.Index)}
-                if set(st.indices) - used:
-                    return True
+        for r in P.reads(st.rhs):
+            used = {x.name for i in r.indices for x in P.walk(i) if isinstance(x, P.Index)}
+            if set(st.indices) - used:
+                return True
     return False
 
 

@@ -279,16 +279,16 @@ def _align_inputs(program, b) -> list:
     """Inputs of a register-tiled contraction whose every element is reused at least 16
     times: only then does an aligned copy pay for itself (a matrix-vector product reads
     each element once, and the copy would cost as much as the kernel)."""
-    from .pipeline import _points
+    from .pipeline import statement_points
 
     out = set()
     for entry in b.tiling:
         if entry[0] != "contraction":
             continue
         sst = next(s for s in b.scop.stmts if s.name == entry[1])
-        points = _points(sst, b.env)
-        for e in P.walk(sst.stmt.rhs):
-            if isinstance(e, P.Read) and len(e.indices) >= 2:
+        points = statement_points(sst, b.env)
+        for e in P.reads(sst.stmt.rhs):
+            if len(e.indices) >= 2:
                 size = 1
                 for d in b.scop.shapes[e.tensor]:
                     size *= d

@@ -81,7 +81,7 @@ def p_tile(b: Build) -> Build:
 def p_parallel(b: Build) -> Build:
     if b.options.parallel:
         b.schedule = _schedule(b)
-        points = sum(_points(s, b.env) for s in b.scop.stmts)
+        points = sum(statement_points(s, b.env) for s in b.scop.stmts)
         b.schedule = sched.mark_parallel(b.schedule, b.options.parallel_min_points, points)
     return b
 
@@ -105,7 +105,7 @@ def p_codegen_c(b: Build) -> Build:
     return b
 
 
-def _points(s, env) -> int:
+def statement_points(s, env) -> int:
     """An upper bound on the number of instances of a statement (for the parallel
     threshold): the product of its index ranges, triangular ones widened to boxes."""
     known, n = {}, 1

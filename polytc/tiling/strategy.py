@@ -209,7 +209,7 @@ class Tiler:
         j = next((m for m in par if vars_[m] == j_var), None)
         if j is None:
             return None
-        reads = _reads(sst.stmt.rhs)
+        reads = P.reads(sst.stmt.rhs)
         jname = sst.vars[j_var]
         if not any(r.indices and jname in _index_names_of(r.indices[-1]) for r in reads):
             # no input is unit-stride along j (A B^T, or a dot product per row): vector
@@ -286,10 +286,6 @@ def _program_order(s):
 
 def _round_up(x, m):
     return -(-x // m) * m if m > 0 else x
-
-
-def _reads(e):
-    return [x for x in P.walk(e) if isinstance(x, P.Read)]
 
 
 def _index_names_of(e) -> set:
