@@ -14,7 +14,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .diagnostics import (ArgumentError, CompilationError, InternalError,  # noqa: F401
-                          KernelRuntimeError, PolytcError, RangeInferenceError,
+                          KernelRuntimeError, ModelError, PolytcError, RangeInferenceError,
                           TCSemanticError, TCSyntaxError, TCTypeError, UndefinedNameError,
                           UnsupportedError, user_boundary)
 from .options import Options  # noqa: F401
@@ -71,3 +71,6 @@ def kernel(fn=None, *, options: Options | None = None):
         return k
 
     return wrap(fn) if fn is not None else wrap
+
+
+from . import onnx  # noqa: E402,F401 - polytc.onnx.compile (imports the onnx package lazily)

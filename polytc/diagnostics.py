@@ -151,6 +151,11 @@ class KernelRuntimeError(PolytcError):
     zero in integer arithmetic)."""
 
 
+class ModelError(PolytcError):
+    """An ONNX model polytc cannot take: malformed or truncated, an opset or op it does not
+    support, or inputs at ``run`` that do not match the model (name, dtype, shape)."""
+
+
 # --- compiler errors -------------------------------------------------------------------
 class CompilationError(PolytcError):
     """The C/OpenCL/CUDA compiler rejected generated code: a polytc bug, reported clearly."""

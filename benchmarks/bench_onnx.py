@@ -1,0 +1,385 @@
+"""Whole ONNX models: ``polytc.onnx`` against onnxruntime on the CPU.
+
+    python benchmarks/bench_onnx.py [--only name,name] [--repeats N] [--threads T] [--quick]
+
+One table: per model (from ``polytc.graph.examples``) the median milliseconds of one
+``sess.run(None, feeds)`` of polytc and of onnxruntime, polytc's time over onnxruntime's,
+and polytc's compile time: cold (an empty ``POLYTC_CACHE_DIR``) and again from that disk
+cache, each in a fresh process and each ``polytc.onnx.compile(path)`` plus the first
+``run`` (a compiler that specialises lazily compiles there).
+
+Both libraries run on ``--threads`` threads (default: POLYTC_NUM_THREADS /
+OMP_NUM_THREADS, else every core): the benchmark sets POLYTC_NUM_THREADS and
+OMP_NUM_THREADS before any process imports polytc, and gives onnxruntime
+``intra_op_num_threads=threads``, ``inter_op_num_threads=1`` (sequential execution, all
+graph optimisations).  As in ``bench_cpu.py`` each library runs in a persistent worker
+process of its own and the samples are interleaved round-robin (see ``common``); a
+worker waits for its threads to go quiet before it answers.  polytc's first output is
+compared with onnxruntime's (allclose, rtol 1e-3, atol 1e-3 times the output's
+magnitude); a mismatch reads ``WRONG`` and is not timed, a failure reads ``fail``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # polytc from this checkout when not installed
+import bench_cpu  # noqa: E402  (its worker machinery)
+import common  # noqa: E402
+
+COLUMNS = ["model", "polytc", "ort", "polytc/ort", "cold compile s", "disk compile s"]
+RTOL = ATOL = 1e-3
+FAMILIES = ("polytc", "ort")
+
+
+def models(quick: bool) -> dict:
+    """name -> (builder of the ModelProto, sizes in words); ``quick``: small sizes.  The
+    first four are the default set; the others run when ``--only`` names them."""
+    from polytc.graph import examples as ex
+
+    if quick:
+        return {
+            "mlp": (lambda: ex.mlp(16, (784, 256, 10)), "batch 16, 784-256-10"),
+            "resnet18": (lambda: ex.resnet18(1, 64, width=16, classes=100),
+                         "batch 1, 64x64, width 16, 100 classes"),
+            "transformer_layer": (lambda: ex.transformer_layer(1, 32, 64, 4, 256),
+                                  "batch 1, seq 32, d 64, 4 heads, ffn 256"),
+            "bert_encoder": (lambda: ex.bert_encoder(1, 32, 1000, 64, 4, 256, 2),
+                             "batch 1, seq 32, vocab 1000, d 64, 4 heads, ffn 256, 2 layers"),
+            "small_cnn": (lambda: ex.small_cnn(2, 32), "batch 2, 32x32"),
+            "lstm_model": (lambda: ex.lstm_model(8, 2, 16, 32), "seq 8, batch 2, 16 -> 32"),
+            "gru_model": (lambda: ex.gru_model(8, 2, 16, 32), "seq 8, batch 2, 16 -> 32"),
+        }
+    return {
+        "mlp": (lambda: ex.mlp(64), "batch 64, 784-512-512-10"),
+        "resnet18": (lambda: ex.resnet18(1, 224), "batch 1, 224x224, width 64, 1000 classes"),
+        "transformer_layer": (lambda: ex.transformer_layer(1, 128, 256, 4, 1024),
+                              "batch 1, seq 128, d 256, 4 heads, ffn 1024"),
+        "bert_encoder": (lambda: ex.bert_encoder(1, 128, 1000, 256, 4, 1024, 2),
+                         "batch 1, seq 128, vocab 1000, d 256, 4 heads, ffn 1024, 2 layers"),
+        "small_cnn": (lambda: ex.small_cnn(8, 32), "batch 8, 32x32"),
+        "lstm_model": (lambda: ex.lstm_model(32, 16, 128, 256), "seq 32, batch 16, 128 -> 256"),
+        "gru_model": (lambda: ex.gru_model(32, 16, 128, 256), "seq 32, batch 16, 128 -> 256"),
+    }
+
+
+DEFAULT = ["mlp", "resnet18", "transformer_layer", "bert_encoder"]
+
+
+def check(outs, refs) -> str | None:
+    """None when polytc's outputs match onnxruntime's, else why not."""
+    if len(outs) != len(refs):
+        return f"{len(outs)} outputs, expected {len(refs)}"
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        o = np.asarray(o)
+        if o.shape != r.shape:
+            return f"output {i}: shape {o.shape}, expected {r.shape}"
+        scale = max(1.0, float(np.abs(r).max()))
+        if not np.allclose(o, r, rtol=RTOL, atol=ATOL * scale):
+            err = np.abs(o.astype(np.float64) - r)
+            return f"output {i}: max abs error {np.nanmax(err):.3g} (max |ref| {scale:.3g})"
+    return None
+
+
+# --- worker processes -------------------------------------------------------------------
+#
+# The protocol of bench_cpu's workers, with one setup request per model:
+#   ("setup", model, path, feeds, refs, cache_dir) -> ("ok", ready, cells, notes, outputs)
+#   ("once", column), ("sample", column, inner), ("quit",) as there.
+
+def _session(family: str, path: str, threads: int):
+    if family == "polytc":
+        from polytc import onnx as ponnx
+
+        return ponnx.compile(path)
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def worker_main(family: str, threads: int) -> int:
+    """The loop of a worker process: one library, persistent across models."""
+    bench_cpu.steady_malloc()
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)  # what the libraries print goes to stderr, not into the answers
+    sys.stdout = sys.stderr
+
+    def send(msg):
+        pickle.dump(msg, proto_out, protocol=pickle.HIGHEST_PROTOCOL)
+        proto_out.flush()
+
+    try:
+        if family == "polytc":
+            import polytc
+            import polytc.onnx  # noqa: F401
+
+            version = polytc.__version__
+        else:
+            import onnxruntime
+
+            version = onnxruntime.__version__
+    except ImportError as e:
+        send(("missing", common.short(e)))
+        return 0
+    send(("hello", version))
+    call = None
+    while True:
+        try:
+            msg = pickle.load(proto_in)
+        except EOFError:
+            return 0
+        op = msg[0]
+        if op == "quit":
+            return 0
+        try:
+            if op == "setup":
+                _, name, path, feeds, refs, cache_dir = msg
+                call = None
+                if cache_dir:
+                    os.environ["POLYTC_CACHE_DIR"] = cache_dir
+                sess = _session(family, path, threads)
+                outs = sess.run(None, feeds)
+                why = None if refs is None else check(outs, refs)
+                if why is None:
+                    call = (lambda run=sess.run, feeds=feeds: run(None, feeds))
+                    reply = ("ok", [family], {}, [], [np.asarray(o) for o in outs])
+                else:
+                    reply = ("ok", [], {family: "WRONG"}, [f"{name} {family}: WRONG, {why}"],
+                             None)
+            elif op == "once":
+                reply = ("ok", common.time_once(call))
+            elif op == "sample":
+                reply = ("ok", common.time_sample(call, msg[2]))
+            else:
+                reply = ("error", f"unknown request {op!r}")
+            common.settle()
+        except Exception as e:  # noqa: BLE001 -- answered, the parent reports it
+            reply = ("error", common.short(e))
+        send(reply)
+
+
+class Worker(bench_cpu.Worker):
+    """bench_cpu's handle on a worker process, running this module's loop."""
+
+    def start(self):
+        code = (f"import sys; sys.path.insert(0, {HERE!r}); import bench_onnx; "
+                f"sys.exit(bench_onnx.worker_main({self.family!r}, {self.threads}))")
+        self.tail.clear()
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        threading.Thread(target=self._forward, args=(self.proc.stderr,), daemon=True).start()
+
+
+# --- compile times ----------------------------------------------------------------------
+
+def probe_main(path: str, feeds_path: str) -> None:
+    """In a fresh process: seconds of ``polytc.onnx.compile(path)`` and of the first run."""
+    from polytc import onnx as ponnx
+
+    with np.load(feeds_path) as z:
+        feeds = {k: z[k] for k in z.files}
+    t0 = time.perf_counter()
+    sess = ponnx.compile(path)
+    t1 = time.perf_counter()
+    sess.run(None, feeds)
+    t2 = time.perf_counter()
+    print("PROBE " + json.dumps({"compile": t1 - t0, "first_run": t2 - t1}), flush=True)
+
+
+def compile_time(path: str, feeds_path: str, cache_dir: str, timeout: float = 1800) -> float:
+    """compile + first run in a fresh process with ``POLYTC_CACHE_DIR=cache_dir``."""
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); import bench_onnx; "
+            f"bench_onnx.probe_main({path!r}, {feeds_path!r})")
+    env = dict(os.environ, POLYTC_CACHE_DIR=cache_dir)
+    env.pop("POLYTC_NO_DISK_CACHE", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    for line in r.stdout.splitlines():
+        if line.startswith("PROBE "):
+            t = json.loads(line[6:])
+            return t["compile"] + t["first_run"]
+    last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+    raise RuntimeError(f"compile failed: {last[:160]}")
+
+
+# --- one model --------------------------------------------------------------------------
+
+def run_model(name, build, args, tmp, workers, notes):
+    import onnx
+
+    from polytc.graph import examples as ex
+
+    m = build()
+    path = os.path.join(tmp, f"{name}.onnx")
+    onnx.save(m, path)
+    feeds = ex.example_inputs(m, seed=0)
+    feeds_path = os.path.join(tmp, f"{name}.npz")
+    np.savez(feeds_path, **feeds)
+    del m
+    cache_dir = os.path.join(tmp, f"cache-{name}")
+    os.makedirs(cache_dir)
+
+    cells, compile_s = {}, {}
+    for which in ("cold", "disk"):
+        try:
+            compile_s[which] = compile_time(path, feeds_path, cache_dir)
+        except (RuntimeError, subprocess.SubprocessError) as e:
+            compile_s[which] = "fail"
+            notes.append(f"{name} {which} compile: {common.short(e)}")
+            break
+        if args.verbose:
+            print(f"  {name}: {which} compile {compile_s[which]:.2f}s", file=sys.stderr)
+
+    contenders, refs = {}, None
+    for family in ("ort", "polytc"):  # onnxruntime first: its outputs check polytc's
+        w = workers[family]
+        try:
+            if not w.alive and w.missing is None:
+                w.start()
+                w.hello()
+            if w.missing is not None:
+                cells[family] = "n/a"
+                continue
+            ready, c, n, outs = w.call(("setup", name, path, feeds,
+                                        refs if family == "polytc" else None,
+                                        cache_dir if family == "polytc" else None), 1800)
+        except bench_cpu.WorkerError as e:
+            cells[family] = "fail"
+            notes.append(f"{name} {family}: {e}")
+            continue
+        cells.update(c)
+        notes.extend(n)
+        if family == "ort":
+            refs = outs
+        for col in ready:
+            contenders[col] = bench_cpu.Remote(w, col)
+
+    timings = common.time_interleaved(contenders, args.repeats, warm=True,
+                                      min_sample=args.min_sample, slow=1.0,
+                                      slow_repeats=1 if args.quick else 3)
+    times = {}
+    for col, t in timings.items():
+        if args.verbose:
+            print(f"  {name} {col}: {t.inner} call(s) a sample, ms "
+                  + " ".join(common.fmt_ms(x) for x in t.samples), file=sys.stderr)
+        if t.error is not None:
+            cells[col] = "fail"
+            notes.append(f"{name} {col}: {t.error}")
+        else:
+            times[col] = t.median
+    ratio = (times["polytc"] / times["ort"] if "polytc" in times and "ort" in times
+             else math.nan)
+
+    def secs(x):
+        return x if isinstance(x, str) else "-" if x is None else f"{x:.2f}"
+
+    return [name, cells.get("polytc") or common.fmt_ms(times.get("polytc")),
+            cells.get("ort") or common.fmt_ms(times.get("ort")), common.fmt_ratio(ratio),
+            secs(compile_s.get("cold")), secs(compile_s.get("disk"))]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="timed samples per contender (default 15, 5 with --quick)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for both libraries (default: POLYTC_NUM_THREADS / "
+                         "OMP_NUM_THREADS, else every core)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, fewer samples")
+    ap.add_argument("--min-sample", type=float, default=None,
+                    help="seconds a sample lasts at least (default 0.02, 0.005 with --quick)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    args = ap.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 5 if args.quick else 15
+    if args.min_sample is None:
+        args.min_sample = 0.005 if args.quick else 0.02
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    threads = args.threads or common.default_threads()
+    if threads < 1:
+        ap.error("--threads must be at least 1")
+    # before any process imports polytc: its kernels (and every worker) take this count
+    os.environ["POLYTC_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(threads)
+
+    table = models(args.quick)
+    wanted = [w.strip() for w in args.only.split(",") if w.strip()] or DEFAULT
+    unknown = [w for w in wanted if w not in table]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(table)}")
+
+    workers = {f: Worker(f, threads) for f in FAMILIES}
+    notes, rows = [], []
+    try:
+        for w in workers.values():  # start both, then wait: the imports overlap
+            w.start()
+        for w in workers.values():
+            try:
+                w.hello()
+            except bench_cpu.WorkerError as e:
+                notes.append(str(e))
+        vers = [f"{f} {w.version}" if w.version else
+                f"{f} not available ({w.missing})" if w.missing else f"{f} failed to start"
+                for f, w in workers.items()]
+        nthr = f"{threads} thread{'s' if threads != 1 else ''}"
+        print(f"polytc ONNX benchmark: {common.cpu_model()}, {nthr} for both libraries")
+        print(f"{', '.join(vers)}; median ms of one sess.run over {args.repeats} interleaved "
+              f"samples{' (--quick)' if args.quick else ''}")
+        sys.stdout.flush()
+        load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        t_start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="polytc-bench-onnx-") as tmp:
+            for name in wanted:
+                t0 = time.perf_counter()
+                try:
+                    rows.append(run_model(name, table[name][0], args, tmp, workers, notes))
+                except Exception as e:  # noqa: BLE001 -- one broken model does not end it
+                    rows.append([name, "fail"] + [""] * (len(COLUMNS) - 2))
+                    notes.append(f"{name}: {common.short(e)}")
+                if args.verbose:
+                    print(f"{name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    finally:
+        for w in workers.values():
+            w.stop()
+    print()
+    print(common.table(COLUMNS, rows))
+    print()
+    print("sizes: " + "; ".join(f"{n} {table[n][1]}" for n in wanted))
+    print("polytc, ort: median ms of one run; polytc/ort below 1: polytc is faster; compile: "
+          "polytc.onnx.compile + first run in a fresh process, with an empty cache (cold) "
+          "and again from that cache (disk)")
+    for n in notes:
+        print("note: " + n)
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if max(load0, load1) > 0.5:
+        print(f"warning: load average {load0:.1f} before, {load1:.1f} after (this run's own "
+              f"load included) on {os.cpu_count()} CPUs: if other processes were running, "
+              f"the times are noisy")
+    print(f"total {time.perf_counter() - t_start:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

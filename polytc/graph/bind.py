@@ -1,0 +1,131 @@
+"""Binding a graph to concrete input shapes: shape propagation, folding of everything
+known at compile time (shape computations included) and op lowering, in one walk.
+
+Each node either folds (all inputs constant: onnx's reference implementation computes
+it; ``Shape``/``Size`` of a value whose shape is now known), becomes a view of its input
+(Reshape and friends) or lowers to TC statements.  The result records, for every value,
+a ``Ref`` with its concrete shape — the shape inference of this graph for these inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..diagnostics import ModelError, UnsupportedError
+from . import ops
+from .ir import Graph, TensorType
+from .passes import NONDETERMINISTIC, _has_subgraph, evaluate
+
+
+class Namer:
+    """TC names for graph values (``v<k>``) and fresh temporaries (``t<k>``)."""
+
+    def __init__(self):
+        self.names: dict = {}
+        self.fresh = 0
+
+    def __call__(self, value: str | None) -> str:
+        if value is None:
+            self.fresh += 1
+            return f"t{self.fresh}"
+        if value not in self.names:
+            self.names[value] = f"v{len(self.names)}"
+        return self.names[value]
+
+
+@dataclass
+class Bound:
+    graph: Graph  # constants include everything folded for these shapes
+    refs: dict  # value name -> Ref (concrete shape and dtype)
+    lowered: dict  # node name -> ops.Lowered, for nodes that compute
+    views: dict = field(default_factory=dict)  # value -> (source value, shape)
+
+
+def unsupported_ops(g: Graph) -> list:
+    """Every node whose op polytc cannot lower, before any compiling."""
+    return [n for n in g.nodes if not ops.supported(n.op, n.domain) and n.op not in
+            ("Shape", "Size", "Constant")]
+
+
+def check_supported(g: Graph) -> None:
+    bad = unsupported_ops(g)
+    if bad:
+        kinds: dict = {}
+        for n in bad:
+            kinds.setdefault(f"{n.domain + '.' if n.domain else ''}{n.op}", []).append(n.name)
+        listing = "; ".join(f"{op} ({len(ns)}x: {', '.join(ns[:3])}{', ...' if len(ns) > 3 else ''})"
+                            for op, ns in sorted(kinds.items()))
+        raise UnsupportedError(f"the model uses {len(kinds)} op type(s) polytc does not "
+                               f"support: {listing}")
+
+
+def bind(g: Graph, shapes: dict) -> Bound:
+    """Propagate the input ``shapes`` (value -> tuple of ints) through ``g``."""
+    names = Namer()
+    refs: dict = {}
+    consts = dict(g.constants)
+    for v in g.inputs:
+        refs[v] = ops.Ref(names(v), shapes[v], g.types[v].dtype)
+    for v, c in consts.items():
+        refs[v] = ops.Ref(names(v), c.shape, c.dtype, c)
+    lowered, views, nodes = {}, {}, []
+    for n in g.nodes:
+        ins = []
+        for i in n.inputs:
+            if i and i not in refs:
+                raise ModelError(f"node {n.label}: input '{i}' is not computed before it")
+            ins.append(refs[i] if i else None)
+        known = [r for r in ins if r is not None]
+        if n.op not in NONDETERMINISTIC and not _has_subgraph(n) and \
+                all(r.value is not None for r in known) and \
+                (n.op != "Constant" or True):
+            vals = evaluate(n, [r.value for r in known], g.opset)
+            for o, v in zip([o for o in n.outputs if o], vals):
+                consts[o] = v
+                refs[o] = ops.Ref(names(o), v.shape, v.dtype, v)
+            continue
+        if n.op in ("Shape", "Size"):
+            shape = np.array(ins[0].shape, np.int64)
+            v = shape[slice(n.attr("start", 0), n.attr("end"))] if n.op == "Shape" \
+                else np.array(ins[0].size, np.int64)
+            consts[n.outputs[0]] = v
+            refs[n.outputs[0]] = ops.Ref(names(n.outputs[0]), v.shape, v.dtype, v)
+            continue
+        low = ops.lower(n, ins, names)
+        for k, o in enumerate(n.outputs):
+            if not o:
+                continue
+            if k in low.consts:
+                v = low.consts[k]
+                consts[o] = v
+                refs[o] = ops.Ref(names(o), v.shape, v.dtype, v)
+            elif k in low.views:
+                src, shape = low.views[k]
+                source = next(i for i, r in zip(n.inputs, ins) if r is src)
+                if src.value is not None:
+                    consts[o] = src.value.reshape(shape)
+                    refs[o] = ops.Ref(names(o), shape, src.dtype, consts[o])
+                else:
+                    refs[o] = ops.Ref(names(o), shape, src.dtype)
+                    views[o] = (source, shape)
+            elif k in low.outputs:
+                r = low.outputs[k]
+                if r.size == 0:  # nothing to compute: an empty constant
+                    consts[o] = np.zeros(r.shape, r.dtype)
+                    refs[o] = ops.Ref(r.name, r.shape, r.dtype, consts[o])
+                else:
+                    refs[o] = r
+            else:
+                raise ModelError(f"node {n.label}: output {k} ('{o}') is not produced")
+        if any(o in views or (o in refs and refs[o].value is None and o not in views)
+               for o in n.outputs if o):
+            nodes.append(n)
+            if low.stmts:
+                lowered[n.name] = low
+    for v in g.outputs:
+        if v not in refs:
+            raise ModelError(f"graph output '{v}' is not computed by any node")
+    types = {v: TensorType(r.dtype, r.shape) for v, r in refs.items()}
+    return Bound(g.replace(nodes=tuple(nodes), constants=consts, types=types), refs,
+                 lowered, views)

@@ -1,0 +1,133 @@
+"""Fusion grouping: which nodes compile together into one polyhedral program.
+
+Walking the nodes in order, a node joins the group that produced its latest input when
+(1) every other input it reads exists before that group runs (a graph input, a constant,
+or the result of an earlier step), (2) neither it nor the group is ``opaque``, (3) the
+group holds no contraction if the node is one — so a group is a chain of elementwise,
+reduction and data-movement ops around at most one MatMul/Conv — and (4) the group stays
+under ``MAX_STATEMENTS``, which bounds isl's scheduling time.  Inside a group isl decides
+the actual loop fusion (``Options.fusion``); values that no other step reads become
+temporaries of the program, never written to memory the executor sees.
+
+The result is the list of steps the executor runs: ``Group``s and ``View``s.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .ops import tc_type
+
+MAX_STATEMENTS = 24
+
+
+@dataclass
+class Group:
+    name: str
+    nodes: list = field(default_factory=list)
+    stmts: list = field(default_factory=list)
+    kinds: set = field(default_factory=set)
+    temps: list = field(default_factory=list)  # Refs of node-internal temporaries
+    produced: set = field(default_factory=set)  # values its nodes write
+    inputs: list = field(default_factory=list)  # values read from outside, in order
+    outputs: list = field(default_factory=list)  # values other steps or the user read
+    position: int = 0
+
+    @property
+    def ops(self) -> list:
+        return [n.op for n in self.nodes]
+
+    def text(self, refs: dict) -> str:
+        """The group as a TC program."""
+        def decl(v):
+            r = refs[v]
+            dims = f"({', '.join(map(str, r.shape))})" if r.shape else ""
+            return f"{tc_type(r.dtype)}{dims} {r.name}"
+
+        params = ", ".join(decl(v) for v in self.inputs)
+        outs = ", ".join(decl(v) for v in self.outputs)
+        body = "\n".join(f"    {s}" for s in self.stmts)
+        head = "# " + ", ".join(f"{n.name} ({n.op})" for n in self.nodes)
+        return f"{head}\ndef {self.name}({params}) -> ({outs}) {{\n{body}\n}}\n"
+
+
+@dataclass
+class View:
+    source: str
+    value: str
+    shape: tuple
+    node: object = None
+
+
+def form_groups(bound, fuse: bool = True) -> list:
+    """The steps for ``bound`` (a ``bind.Bound``): groups and views, in run order."""
+    g = bound.graph
+    steps: list = []
+    where: dict = {}  # value -> the step that produces it
+    for n in g.nodes:
+        outs = [o for o in n.outputs if o]
+        if n.name not in bound.lowered:  # a view
+            for o in outs:
+                if o in bound.views:
+                    src, shape = bound.views[o]
+                    steps.append(View(src, o, shape, n))
+                    where[o] = steps[-1]
+            continue
+        low = bound.lowered[n.name]
+        target = _target(n, low, steps, where, bound) if fuse else None
+        if target is None:
+            target = Group(f"g{len(steps)}", position=len(steps))
+            steps.append(target)
+        target.nodes.append(n)
+        target.stmts.extend(low.stmts)
+        target.kinds.add(low.kind)
+        target.temps.extend(low.temps)
+        target.produced.update(outs)
+        for o in outs:
+            where[o] = target
+    _interfaces(steps, bound)
+    return steps
+
+
+def _target(n, low, steps, where, bound):
+    """The group node ``n`` may join, or None."""
+    producers = [where[i] for i in n.inputs if i in where]
+    groups = [s for s in producers if isinstance(s, Group)]
+    if not groups or low.kind == "opaque":
+        return None
+    last = max(groups, key=lambda s: s.position)
+    if "opaque" in last.kinds or (low.kind == "contraction" and "contraction" in last.kinds):
+        return None
+    if len(last.stmts) + len(low.stmts) > MAX_STATEMENTS:
+        return None
+    if any(s is not last and s.position > last.position for s in producers):
+        return None  # it reads a view made after that group ran
+    return last
+
+
+def _interfaces(steps, bound):
+    """Inputs and outputs of each group: what crosses its boundary."""
+    g = bound.graph
+    read_by: dict = {}
+    for s in steps:
+        if isinstance(s, View):
+            read_by.setdefault(s.source, set()).add(id(s))
+        else:
+            for n in s.nodes:
+                for i in n.inputs:
+                    if i:
+                        read_by.setdefault(i, set()).add(id(s))
+    for s in steps:
+        if isinstance(s, View):
+            continue
+        seen = set()
+        text = "\n".join(s.stmts)
+        for n in s.nodes:
+            for i in n.inputs:
+                r = bound.refs.get(i) if i else None
+                if i and i not in s.produced and i not in seen and r is not None and \
+                        re.search(rf"\b{r.name}\b", text):
+                    seen.add(i)
+                    s.inputs.append(i)
+        s.outputs = [o for n in s.nodes for o in n.outputs
+                     if o and (o in g.outputs or read_by.get(o, set()) - {id(s)})]

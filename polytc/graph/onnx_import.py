@@ -1,0 +1,147 @@
+"""ONNX -> ``Graph``, through the ``onnx`` package: its loader, checker, version converter,
+function inliner and shape inference (symbolic dimensions stay names).  Every failure is a
+``ModelError`` that says what is wrong and where."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..diagnostics import ModelError
+from .ir import Graph, Node, TensorType
+
+MIN_OPSET = 13
+
+
+def load(model, where: str = "<model>") -> onnx.ModelProto:
+    """A ``ModelProto`` from a path, bytes or a ``ModelProto``."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        where = os.fspath(model)
+        if not os.path.isfile(where):
+            raise ModelError(f"{where}: no such model file")
+        try:
+            return onnx.load(where)
+        except Exception as e:  # noqa: BLE001 - protobuf and I/O errors alike
+            raise ModelError(f"{where}: not a readable ONNX model (truncated or malformed: "
+                             f"{_first_line(e)})") from None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            return onnx.load_from_string(bytes(model))
+        except Exception as e:  # noqa: BLE001
+            raise ModelError(f"{where}: the bytes are not an ONNX model (truncated or "
+                             f"malformed: {_first_line(e)})") from None
+    raise ModelError(f"polytc.onnx.compile takes a path, bytes or an onnx.ModelProto, "
+                     f"not {type(model).__name__}")
+
+
+def _first_line(e) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 1
+
+
+def prepare(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """Check, convert an old opset up to ``MIN_OPSET``, inline functions, infer shapes."""
+    newest = onnx.defs.onnx_opset_version()
+    opset = opset_of(model)
+    if opset > newest:
+        raise ModelError(f"{where}: opset {opset} is newer than this onnx package knows "
+                         f"({newest})", hint="upgrade the onnx package, or export the model "
+                         "for an older opset")
+    if not model.graph.node and not model.graph.output:
+        raise ModelError(f"{where}: the model has an empty graph")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:  # noqa: BLE001 - ValidationError and friends
+        raise ModelError(f"{where}: the ONNX checker rejects the model: {_first_line(e)}") \
+            from None
+    if opset < MIN_OPSET:
+        try:
+            model = onnx.version_converter.convert_version(model, MIN_OPSET)
+        except Exception as e:  # noqa: BLE001
+            raise ModelError(f"{where}: opset {opset} is older than {MIN_OPSET} and the "
+                             f"onnx version converter cannot upgrade it ({_first_line(e)})",
+                             hint="re-export the model with opset 13 or later") from None
+    if model.functions:
+        model = onnx.inliner.inline_local_functions(model)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - InferenceError
+        raise ModelError(f"{where}: shape inference fails: {_first_line(e)}") from None
+    return model
+
+
+def _type(t, name, where) -> TensorType | None:
+    if not t.HasField("tensor_type"):
+        raise ModelError(f"{where}: value '{name}' is not a tensor "
+                         f"({t.WhichOneof('value')}); polytc handles tensors only")
+    tt = t.tensor_type
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    except Exception:  # noqa: BLE001 - undefined element type
+        return None
+    if not tt.HasField("shape"):
+        return TensorType(dtype, None)
+    dims = tuple(d.dim_value if d.HasField("dim_value") else
+                 (d.dim_param or None) for d in tt.shape.dim)
+    return TensorType(dtype, dims)
+
+
+def _attr(a):
+    v = helper.get_attribute_value(a)
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list):
+        return tuple(x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v)
+    if isinstance(v, onnx.GraphProto):
+        return v  # subgraphs (If, Loop, Scan): no op of polytc takes them
+    return v
+
+
+def to_graph(model: onnx.ModelProto, where: str = "<model>") -> Graph:
+    """The ``Graph`` of a loaded model (``prepare`` it first)."""
+    g = model.graph
+    constants = {}
+    for init in g.initializer:
+        try:
+            constants[init.name] = numpy_helper.to_array(init)
+        except Exception as e:  # noqa: BLE001 - external data missing, bad raw data
+            raise ModelError(f"{where}: initialiser '{init.name}' cannot be read "
+                             f"({_first_line(e)})") from None
+    for sp in g.sparse_initializer:
+        raise ModelError(f"{where}: sparse initialiser '{sp.values.name}' is not supported")
+    types = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        t = _type(vi.type, vi.name, where)
+        if t is not None:
+            types[vi.name] = t
+    nodes, seen = [], set()
+    for k, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{k}"
+        if name in seen:
+            name = f"{name}_{k}"
+        seen.add(name)
+        attrs = tuple(sorted((a.name, _attr(a)) for a in n.attribute))
+        nodes.append(Node(n.op_type, name, tuple(n.input), tuple(n.output), attrs, n.domain))
+    inputs = tuple(i.name for i in g.input if i.name not in constants)
+    outputs = tuple(o.name for o in g.output)
+    return Graph(g.name or "model", inputs, outputs, tuple(nodes), types, constants,
+                 opset_of(model))
+
+
+def import_model(model, where: str | None = None) -> Graph:
+    """Load, check and convert a model: the whole importer."""
+    where = where or (os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<model>")
+    return to_graph(prepare(load(model, where), where), where)

@@ -1,0 +1,241 @@
+"""Elementwise ops (numpy broadcasting): arithmetic, math functions, activations,
+comparisons and logic, Where, Clip, Cast, variadic Sum/Mean/Max/Min."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from . import literal, op, tc_type
+
+# --- unary math: x -> TC text, for float inputs -----------------------------------------
+_FLOAT_UNARY = {
+    "Exp": "exp({x})", "Log": "log({x})", "Sqrt": "sqrt({x})", "Tanh": "tanh({x})",
+    "Erf": "erf({x})", "Sin": "sin({x})", "Cos": "cos({x})", "Tan": "tan({x})",
+    "Asin": "asin({x})", "Acos": "acos({x})", "Atan": "atan({x})", "Sinh": "sinh({x})",
+    "Cosh": "cosh({x})", "Asinh": "asinh({x})", "Acosh": "acosh({x})",
+    "Atanh": "atanh({x})", "Floor": "floor({x})", "Ceil": "ceil({x})",
+    "Reciprocal": "{one} / {x}", "Sigmoid": "{one} / ({one} + exp(-{x}))",
+    "Softplus": "log1p(exp({x}))", "Softsign": "{x} / ({one} + fabs({x}))",
+    "Round": "({x} - remainder({x}, {one}))",  # half to even, as ONNX wants
+    "Mish": "{x} * tanh(log1p(exp({x})))",
+}
+# --- unary ops that are defined for every numeric type ----------------------------------
+_ANY_UNARY = {
+    "Neg": "-{x}", "Abs": "({x} < {zero} ? -{x} : {x})", "Relu": "max({x}, {zero})",
+    "Sign": "({x} > {zero} ? {one} : ({x} < {zero} ? -{one} : {zero}))",
+    "Identity": "{x}",
+}
+
+
+def _consts(dtype) -> dict:
+    return {"zero": literal(0, dtype), "one": literal(1, dtype)}
+
+
+def _unary(template):
+    def lower(ctx):
+        x = ctx.input(0)
+        if x.dtype.kind not in "fiu" or (template in _FLOAT_UNARY.values() and
+                                          x.dtype.kind != "f"):
+            ctx.fail(f"{ctx.node.op} of {x.dtype.name} is not supported", unsupported=True)
+        c = _consts(x.dtype)
+        ctx.elementwise(0, lambda xs: template.format(x=xs, **c))
+    return lower
+
+
+for _name, _t in {**_FLOAT_UNARY, **_ANY_UNARY}.items():
+    op(_name)(_unary(_t))
+
+
+@op("Not")
+def _not(ctx):
+    ctx.elementwise(0, lambda x: f"!{x}")
+
+
+@op("IsNaN")
+def _isnan(ctx):
+    ctx.elementwise(0, lambda x: f"{x} != {x}", dtype=np.bool_)
+
+
+@op("IsInf")
+def _isinf(ctx):
+    pos, neg = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    inf = literal(np.inf, ctx.input(0).dtype)
+    tests = ([f"{{x}} == {inf}"] if pos else []) + ([f"{{x}} == -{inf}"] if neg else [])
+    cond = " || ".join(tests) or "(1 == 0)"
+    ctx.elementwise(0, lambda x: cond.format(x=x), dtype=np.bool_)
+
+
+# --- parametrised activations -----------------------------------------------------------
+def _activation(template, **defaults):
+    def lower(ctx):
+        x = ctx.input(0)
+        params = {k: literal(ctx.attr(k, v), x.dtype) for k, v in defaults.items()}
+        ctx.elementwise(0, lambda xs: template.format(x=xs, **params, **_consts(x.dtype)))
+    return lower
+
+
+op("LeakyRelu")(_activation("({x} >= {zero} ? {x} : {alpha} * {x})", alpha=0.01))
+op("Elu")(_activation("({x} >= {zero} ? {x} : {alpha} * expm1({x}))", alpha=1.0))
+op("Celu")(_activation("max({zero}, {x}) + min({zero}, {alpha} * expm1({x} / {alpha}))",
+                       alpha=1.0))
+op("Selu")(_activation("({x} > {zero} ? {gamma} * {x} : {gamma} * {alpha} * expm1({x}))",
+                       alpha=1.67326319217681884765625, gamma=1.05070102214813232421875))
+op("ThresholdedRelu")(_activation("({x} > {alpha} ? {x} : {zero})", alpha=1.0))
+op("HardSigmoid")(_activation("max({zero}, min({one}, {alpha} * {x} + {beta}))",
+                              alpha=0.2, beta=0.5))
+op("HardSwish")(_activation("{x} * max({zero}, min({one}, {x} / {six} + {half}))",
+                            six=6.0, half=0.5))
+
+
+@op("Gelu")
+def _gelu(ctx):
+    x = ctx.input(0)
+    c = {k: literal(v, x.dtype) for k, v in
+         {"half": 0.5, "one": 1.0, "r2": 0.7071067811865476, "k": 0.7978845608028654,
+          "a": 0.044715}.items()}
+    if ctx.attr("approximate", "none") == "tanh":
+        t = "{half} * {x} * ({one} + tanh({k} * ({x} + {a} * {x} * {x} * {x})))"
+    else:
+        t = "{half} * {x} * ({one} + erf({x} * {r2}))"
+    ctx.elementwise(0, lambda xs: t.format(x=xs, **c))
+
+
+@op("PRelu")
+def _prelu(ctx):
+    z = literal(0, ctx.input(0).dtype)
+    ctx.elementwise(0, lambda x, s: f"({x} >= {z} ? {x} : {s} * {x})")
+
+
+# --- binary arithmetic ------------------------------------------------------------------
+def _binary(sym):
+    def lower(ctx):
+        a, b = ctx.input(0), ctx.input(1)
+        if a.dtype != b.dtype:
+            ctx.fail(f"inputs have different types ({a.dtype.name}, {b.dtype.name})")
+        ctx.elementwise(0, lambda x, y: f"({x} {sym} {y})")
+    return lower
+
+
+for _name, _sym in {"Add": "+", "Sub": "-", "Mul": "*"}.items():
+    op(_name)(_binary(_sym))
+
+
+@op("Div")
+def _div(ctx):
+    if ctx.input(1).dtype.kind in "iu" and ctx.input(1).value is None:
+        pass  # integer division by zero is caught at run time by the kernel
+    ctx.elementwise(0, lambda x, y: f"({x} / {y})")
+
+
+@op("Mod")
+def _mod(ctx):
+    a = ctx.input(0)
+    if a.dtype.kind == "f" or ctx.attr("fmod", 0):
+        ctx.elementwise(0, lambda x, y: f"fmod({x}, {y})" if a.dtype.kind == "f"
+                        else f"({x} % {y})")
+    else:  # the result takes the divisor's sign, as Python's %
+        z = literal(0, a.dtype)
+        ctx.elementwise(0, lambda x, y: f"(({x} % {y}) != {z} && (({x} % {y}) < {z}) != "
+                        f"({y} < {z}) ? ({x} % {y}) + {y} : ({x} % {y}))")
+
+
+@op("Pow")
+def _pow(ctx):
+    a, b = ctx.input(0), ctx.input(1)
+    e = b.scalar
+    if e == 2:
+        ctx.elementwise(0, lambda x, y: f"({x} * {x})")
+    elif e == 1:
+        ctx.elementwise(0, lambda x, y: x)
+    elif e == 0.5 and a.dtype.kind == "f":
+        ctx.elementwise(0, lambda x, y: f"sqrt({x})")
+    elif a.dtype.kind == "f":
+        t = tc_type(a.dtype)
+        ctx.elementwise(0, lambda x, y: f"pow({x}, {t}({y}))")
+    else:
+        ctx.fail(f"Pow of {a.dtype.name} is not supported", unsupported=True)
+
+
+# --- comparisons and logic ---------------------------------------------------------------
+def _compare(sym):
+    def lower(ctx):
+        ctx.elementwise(0, lambda x, y: f"({x} {sym} {y})", dtype=np.bool_)
+    return lower
+
+
+for _name, _sym in {"Equal": "==", "Less": "<", "Greater": ">", "LessOrEqual": "<=",
+                    "GreaterOrEqual": ">=", "And": "&&", "Or": "||", "Xor": "!="}.items():
+    op(_name)(_compare(_sym))
+
+
+@op("Where")
+def _where(ctx):
+    ctx.elementwise(0, lambda c, x, y: f"({c} ? {x} : {y})", dtype=ctx.input(1).dtype)
+
+
+@op("Clip")
+def _clip(ctx):
+    x = ctx.input(0)
+    lo = ctx.input(1, required=False) if len(ctx.inputs) > 1 else None
+    hi = ctx.input(2, required=False) if len(ctx.inputs) > 2 else None
+    if ctx.attr("min") is not None:  # opset < 11 form
+        lo = literal(ctx.attr("min"), x.dtype)
+    if ctx.attr("max") is not None:
+        hi = literal(ctx.attr("max"), x.dtype)
+
+    def text(xs):
+        if lo is not None:
+            lt = lo if isinstance(lo, str) else lo.bcast([])
+            xs = f"max({xs}, {lt})"
+        if hi is not None:
+            ht = hi if isinstance(hi, str) else hi.bcast([])
+            xs = f"min({xs}, {ht})"
+        return xs
+    ctx.elementwise(0, lambda xs, *_: text(xs), shape=x.shape)
+
+
+@op("Cast")
+def _cast(ctx):
+    to = np.dtype(helper.tensor_dtype_to_np_dtype(ctx.attr("to")))
+    x = ctx.input(0)
+    t = tc_type(to)
+    if to.kind == "b":
+        ctx.elementwise(0, lambda xs: f"({xs} != {literal(0, x.dtype)})", dtype=to)
+    elif to.kind in "iu" and x.dtype.kind == "f":
+        # out-of-range float -> integer is undefined in C; NaN becomes 0 like numpy's
+        ctx.elementwise(0, lambda xs: f"({xs} != {xs} ? {literal(0, to)} : {t}({xs}))",
+                        dtype=to)
+    else:
+        ctx.elementwise(0, lambda xs: f"{t}({xs})", dtype=to)
+
+
+@op("CastLike")
+def _cast_like(ctx):
+    to = ctx.input(1).dtype
+    t = tc_type(to)
+    ctx.inputs = ctx.inputs[:1]
+    ctx.elementwise(0, lambda xs: f"{t}({xs})", dtype=to)
+
+
+# --- variadic -------------------------------------------------------------------------------
+def _variadic(join):
+    def lower(ctx):
+        n = len(ctx.inputs)
+        ctx.elementwise(0, lambda *xs: join(list(xs), n, ctx.input(0).dtype))
+    return lower
+
+
+def _fold(f):
+    def join(xs, n, dtype):
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = f(acc, x)
+        return acc
+    return join
+
+
+op("Sum")(_variadic(_fold(lambda a, b: f"({a} + {b})")))
+op("Max")(_variadic(_fold(lambda a, b: f"max({a}, {b})")))
+op("Min")(_variadic(_fold(lambda a, b: f"min({a}, {b})")))
+op("Mean")(_variadic(lambda xs, n, dt: f"({_fold(lambda a, b: f'({a} + {b})')(xs, n, dt)}"
+                                       f" / {literal(n, dt)})"))

@@ -1,0 +1,4 @@
+"""Recurrent layers: LSTM, GRU, RNN."""
+from __future__ import annotations
+
+from . import op  # noqa: F401

@@ -1,0 +1,238 @@
+"""Graph passes that do not depend on input shapes, each ``Graph -> Graph``.
+
+``PASSES`` is the pipeline, in order; ``run`` applies it (``disable`` switches passes
+off by name, ``POLYTC_DEBUG=1`` logs each one's time and node count).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .. import config
+from ..diagnostics import ModelError
+from .ir import Graph, Node
+
+#: ops whose result is not a function of their inputs: never folded or merged
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                    "Multinomial", "Bernoulli"}
+
+
+# --- helpers ------------------------------------------------------------------------------
+def node_proto(node: Node) -> onnx.NodeProto:
+    attrs = {}
+    for k, v in node.attrs:
+        if isinstance(v, np.ndarray):
+            v = numpy_helper.from_array(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        attrs[k] = v
+    return helper.make_node(node.op, list(node.inputs), list(node.outputs), name=node.name,
+                            domain=node.domain or None, **attrs)
+
+
+def evaluate(node: Node, values: list, opset: int) -> list:
+    """Run one node on numpy values with onnx's reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {n: v for n, v in zip(node.inputs, values) if n}
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+           for n, v in feeds.items()]
+    outs = [helper.make_empty_tensor_value_info(o) for o in node.outputs if o]
+    g = helper.make_graph([node_proto(node)], "fold", ins, outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        res = ReferenceEvaluator(m).run(None, feeds)
+    except Exception as e:  # noqa: BLE001 - the reference rejects the node's inputs
+        msg = str(e).strip().splitlines()
+        raise ModelError(f"node {node.label}: cannot be evaluated on its constant inputs "
+                         f"({msg[0] if msg else type(e).__name__})") from None
+    return [np.asarray(r) for r in res]
+
+
+def substitute(g: Graph, old: str, new: str, drop: Node) -> Graph:
+    """Remove ``drop`` (whose output ``old`` equals value ``new``) and read ``new`` instead
+    of ``old``.  When ``old`` is a graph output, ``new``'s producer is renamed instead."""
+    nodes = [n for n in g.nodes if n is not drop]
+    if old in g.outputs:
+        prod = next((n for n in nodes if new in n.outputs), None)
+        if prod is None or new in g.outputs:
+            return g  # a graph input or constant returned as it is: the node stays
+        old, new = new, old  # rename the producer's output to the graph output's name
+        nodes = [n.__class__(n.op, n.name, n.inputs, tuple(new if o == old else o
+                                                             for o in n.outputs),
+                             n.attrs, n.domain) if n is prod else n for n in nodes]
+    nodes = [n if old not in n.inputs else
+             Node(n.op, n.name, tuple(new if i == old else i for i in n.inputs), n.outputs,
+                  n.attrs, n.domain) for n in nodes]
+    types = dict(g.types)
+    if old in types and new not in types:
+        types[new] = types[old]
+    return g.replace(nodes=tuple(nodes), types=types)
+
+
+# --- the passes ---------------------------------------------------------------------------
+def fold_constants(g: Graph) -> Graph:
+    """Evaluate every node whose inputs are all constants (with onnx's reference
+    implementation, so each op's meaning is onnx's own)."""
+    consts = dict(g.constants)
+    nodes = []
+    for n in g.nodes:
+        if n.op not in NONDETERMINISTIC and not _has_subgraph(n) and \
+                all(not i or i in consts for i in n.inputs):
+            vals = evaluate(n, [consts[i] for i in n.inputs if i], g.opset)
+            for o, v in zip([o for o in n.outputs if o], vals):
+                consts[o] = v
+        else:
+            nodes.append(n)
+    return g.replace(nodes=tuple(nodes), constants=consts)
+
+
+def _has_subgraph(n: Node) -> bool:
+    return any(isinstance(v, onnx.GraphProto) for _, v in n.attrs)
+
+
+def remove_identities(g: Graph) -> Graph:
+    """Identity, inference-mode Dropout (mask unused), Cast to the same type."""
+    for n in g.nodes:
+        src = n.inputs[0] if n.inputs else ""
+        same = False
+        if n.op == "Identity":
+            same = True
+        elif n.op == "Dropout":
+            training = n.inputs[2] if len(n.inputs) > 2 else ""
+            same = (len(n.outputs) < 2 or not n.outputs[1]) and \
+                (not training or (training in g.constants and not g.constants[training]))
+        elif n.op == "Cast":
+            t = g.type_of(src)
+            same = t is not None and np.dtype(helper.tensor_dtype_to_np_dtype(
+                n.attr("to"))) == t.dtype
+        if same and src:
+            g2 = substitute(g, n.outputs[0], src, n)
+            if g2 is not g:
+                return remove_identities(g2)
+    return g
+
+
+def fold_batchnorm(g: Graph) -> Graph:
+    """``BatchNormalization(Conv(x, W, b))`` with constant parameters becomes one Conv
+    with scaled weights and a shifted bias."""
+    cons = g.consumers()
+    prods = g.producers()
+    for bn in g.nodes:
+        if bn.op != "BatchNormalization" or len([o for o in bn.outputs if o]) != 1:
+            continue
+        conv = prods.get(bn.inputs[0])
+        params = bn.inputs[1:5]
+        if conv is None or conv.op != "Conv" or len(cons.get(conv.outputs[0], [])) != 1 or \
+                conv.outputs[0] in g.outputs or \
+                not all(p in g.constants for p in list(params) + [conv.inputs[1]]) or \
+                (len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in g.constants):
+            continue
+        scale, beta, mean, var = (g.constants[p].astype(np.float64) for p in params)
+        w = g.constants[conv.inputs[1]]
+        b = g.constants[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and \
+            conv.inputs[2] else np.zeros(w.shape[0])
+        s = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
+        consts = dict(g.constants)
+        wn, bname = f"{bn.outputs[0]}__W", f"{bn.outputs[0]}__B"
+        consts[wn] = (w * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        consts[bname] = ((b - mean) * s + beta).astype(w.dtype)
+        fused = Node("Conv", conv.name, (conv.inputs[0], wn, bname), bn.outputs, conv.attrs)
+        nodes = tuple(fused if n is conv else n for n in g.nodes if n is not bn)
+        return fold_batchnorm(g.replace(nodes=nodes, constants=consts))
+    return g
+
+
+def simplify(g: Graph) -> Graph:
+    """Transpose chains become one Transpose (none if the identity); reshape-like chains
+    ending in a Reshape with a constant shape read the first input directly."""
+    cons, prods = g.consumers(), g.producers()
+    for n in g.nodes:
+        p = prods.get(n.inputs[0]) if n.inputs else None
+        only = p is not None and len(cons.get(p.outputs[0], [])) == 1 and \
+            p.outputs[0] not in g.outputs
+        if n.op == "Transpose" and n.attr("perm") is not None:
+            perm = list(n.attr("perm"))
+            if perm == sorted(perm):
+                return simplify(substitute(g, n.outputs[0], n.inputs[0], n))
+            if only and p.op == "Transpose" and p.attr("perm") is not None:
+                inner = list(p.attr("perm"))
+                new = Node("Transpose", n.name, p.inputs, n.outputs,
+                           (("perm", tuple(inner[i] for i in perm)),))
+                return simplify(g.replace(nodes=tuple(new if m is n else m for m in g.nodes
+                                                      if m is not p)))
+        if n.op == "Reshape" and only and p.op in ("Reshape", "Flatten", "Squeeze",
+                                                   "Unsqueeze") and \
+                n.inputs[1] in g.constants and not n.attr("allowzero", 0) and \
+                0 not in g.constants[n.inputs[1]].tolist():
+            new = Node("Reshape", n.name, (p.inputs[0], n.inputs[1]), n.outputs, n.attrs)
+            return simplify(g.replace(nodes=tuple(new if m is n else m for m in g.nodes
+                                                  if m is not p)))
+    return g
+
+
+def _attr_key(v):
+    if isinstance(v, np.ndarray):
+        return (v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, onnx.GraphProto):
+        return v.SerializeToString()
+    return v
+
+
+def cse(g: Graph) -> Graph:
+    """Nodes with the same op, inputs and attributes compute the same values once."""
+    seen: dict = {}
+    for n in g.nodes:
+        if n.op in NONDETERMINISTIC:
+            continue
+        key = (n.op, n.domain, n.inputs, tuple((k, _attr_key(v)) for k, v in n.attrs))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = n
+            continue
+        if any(o in g.outputs for o in n.outputs):
+            continue
+        for old, new in zip(n.outputs, first.outputs):
+            if old:
+                g = substitute(g, old, new, n)
+        return cse(g)
+    return g
+
+
+def dce(g: Graph) -> Graph:
+    """Drop nodes and constants that no graph output needs."""
+    live = set(g.outputs)
+    keep = []
+    for n in reversed(g.nodes):
+        if any(o in live for o in n.outputs if o):
+            keep.append(n)
+            live.update(i for i in n.inputs if i)
+    consts = {k: v for k, v in g.constants.items() if k in live}
+    return g.replace(nodes=tuple(reversed(keep)), constants=consts)
+
+
+PASSES = [
+    ("fold_constants", fold_constants),
+    ("remove_identities", remove_identities),
+    ("fold_batchnorm", fold_batchnorm),
+    ("simplify", simplify),
+    ("cse", cse),
+    ("dce", dce),
+]
+
+
+def run(g: Graph, disable=()) -> tuple:
+    """Apply ``PASSES``; returns the final graph and ``{pass: graph text}``."""
+    stages = {"import": str(g)}
+    for name, fn in PASSES:
+        if name in disable:
+            continue
+        t0 = time.perf_counter()
+        g = fn(g)
+        config.log(1, f"graph pass {name}: {len(g.nodes)} nodes, "
+                      f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
+        stages[name] = str(g)
+    return g, stages

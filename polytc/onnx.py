@@ -1,0 +1,186 @@
+"""Whole ONNX models: ``polytc.onnx.compile(model)`` is a drop-in for an onnxruntime
+``InferenceSession``.
+
+>>> sess = polytc.onnx.compile("model.onnx")          # a path, bytes or a ModelProto
+>>> outs = sess.run(None, {"input": x})               # onnxruntime's call shape
+>>> sess.get_inputs()[0].name, sess.get_outputs()[0].shape
+
+The model is imported through the ``onnx`` package (checker, version converter, shape
+inference), simplified by the graph passes (``polytc.graph.passes``), and compiled once per
+distinct set of input shapes: a model whose inputs have fixed shapes compiles in
+``compile``; one with symbolic dimensions (a batch size ``N``) compiles at the first
+``run`` with each new shape, and every compiled form is kept (and cached on disk, kernel by
+kernel, like any polytc kernel).  See docs/onnx.md.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .diagnostics import ModelError, UnsupportedError, user_boundary
+from .options import Options
+
+TARGETS = ("c",)
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output as onnxruntime describes it."""
+
+    name: str
+    shape: list  # ints, symbol names, or None for an unknown dimension
+    type: str  # "tensor(float)", ...
+
+    def __repr__(self):
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
+
+
+def _type_name(dtype) -> str:
+    dt = np.dtype(dtype)
+    return "tensor(" + {"float32": "float", "float64": "double"}.get(dt.name, dt.name) + ")"
+
+
+class Session:
+    """A compiled model.  Build it with ``polytc.onnx.compile``."""
+
+    def __init__(self, model, target="c", options: Options | None = None, fuse: bool = True,
+                 disable=(), where: str | None = None):
+        from .graph import passes
+        from .graph.bind import check_supported
+        from .graph.onnx_import import import_model
+
+        if target not in TARGETS:
+            raise UnsupportedError(f"target '{target}' is not available for models",
+                                   hint=f"targets: {', '.join(TARGETS)}")
+        t0 = time.perf_counter()
+        graph = import_model(model, where)
+        check_supported(graph)
+        self.graph, self.stages = passes.run(graph, disable)
+        self.options = options or Options()
+        self.fuse, self.target = fuse, target
+        self._plans: dict = {}
+        self.timings = {"import+passes": time.perf_counter() - t0}
+        if all(self.graph.types[v].static for v in self.graph.inputs if v in self.graph.types):
+            self.plan({v: self.graph.types[v].shape for v in self.graph.inputs})
+
+    # --- onnxruntime's interface ------------------------------------------------------
+    def get_inputs(self) -> list:
+        return [self._arg(v) for v in self.graph.inputs]
+
+    def get_outputs(self) -> list:
+        return [self._arg(v) for v in self.graph.outputs]
+
+    def _arg(self, v) -> NodeArg:
+        t = self.graph.types.get(v)
+        if t is None:
+            return NodeArg(v, None, "tensor(unknown)")
+        return NodeArg(v, None if t.shape is None else list(t.shape), _type_name(t.dtype))
+
+    @user_boundary
+    def run(self, output_names, input_feed: dict, run_options=None) -> list:
+        """Outputs (a list of numpy arrays) for the inputs ``input_feed`` (name ->
+        array); ``output_names`` None means all outputs."""
+        feeds = self._check_feeds(input_feed)
+        names = self._check_outputs(output_names)
+        plan = self.plan({v: a.shape for v, a in feeds.items()})
+        return plan.run(feeds, names)
+
+    # --- compiled forms --------------------------------------------------------------
+    def plan(self, shapes: dict):
+        """The model compiled for these input shapes (compiling it the first time)."""
+        from .runtime.graph_exec import Plan
+
+        key = tuple(tuple(shapes[v]) for v in self.graph.inputs)
+        p = self._plans.get(key)
+        if p is None:
+            p = self._plans[key] = Plan(self.graph, {v: tuple(shapes[v])
+                                                     for v in self.graph.inputs},
+                                        self.options, self.fuse)
+        return p
+
+    def report(self) -> str:
+        """What was fused, per compiled shape."""
+        out = [f"model {self.graph.name}: {len(self.graph.nodes)} nodes after the graph "
+               "passes"]
+        for key, p in self._plans.items():
+            out.append(f"input shapes {list(map(list, key))}: {sum(1 for s in p.steps if hasattr(s, 'stmts'))} "
+                       f"compiled groups, {p.timings['compile']:.2f} s to compile, arena "
+                       f"{p.arena_bytes / 1e6:.1f} MB")
+            out.extend("  " + line for line in p.report())
+        return "\n".join(out)
+
+    # --- checking the caller's arguments ----------------------------------------------
+    def _check_outputs(self, names):
+        if names is None:
+            return list(self.graph.outputs)
+        if isinstance(names, str):
+            names = [names]
+        for n in names:
+            if n not in self.graph.outputs:
+                raise ModelError(f"'{n}' is not an output of the model",
+                                 hint="outputs: " + ", ".join(self.graph.outputs))
+        return list(names)
+
+    def _check_feeds(self, feed) -> dict:
+        g = self.graph
+        if not isinstance(feed, dict):
+            raise ModelError(f"run takes a dict of input name -> array, not "
+                             f"{type(feed).__name__}")
+        expected = ", ".join(f"{a.name}: {a.type} {a.shape}" for a in self.get_inputs())
+        for n in feed:
+            if n not in g.inputs:
+                raise ModelError(f"'{n}' is not an input of the model",
+                                 hint=f"inputs: {expected}")
+        missing = [v for v in g.inputs if v not in feed]
+        if missing:
+            raise ModelError(f"missing input(s) {', '.join(repr(m) for m in missing)}",
+                             hint=f"inputs: {expected}")
+        feeds, symbols = {}, {}
+        for v in g.inputs:
+            a = feed[v]
+            if not isinstance(a, np.ndarray):
+                try:
+                    a = np.asarray(a)
+                except Exception:  # noqa: BLE001
+                    raise ModelError(f"input '{v}': {type(feed[v]).__name__} is not an "
+                                     "array") from None
+            t = g.types[v]
+            if a.dtype != t.dtype:
+                raise ModelError(f"input '{v}' has dtype {a.dtype.name}; the model wants "
+                                 f"{np.dtype(t.dtype).name}",
+                                 hint=f"pass x.astype(np.{np.dtype(t.dtype).name})")
+            if t.shape is not None:
+                if a.ndim != len(t.shape):
+                    raise ModelError(f"input '{v}' has shape {list(a.shape)}; the model wants "
+                                     f"rank {len(t.shape)} {list(t.shape)}")
+                for k, (d, want) in enumerate(zip(a.shape, t.shape)):
+                    if isinstance(want, int) and d != want:
+                        raise ModelError(f"input '{v}' has shape {list(a.shape)}; dimension "
+                                         f"{k} must be {want} ({list(t.shape)})")
+                    if isinstance(want, str):
+                        if symbols.setdefault(want, (d, v))[0] != d:
+                            raise ModelError(
+                                f"input '{v}': dimension {k} ('{want}') is {d}, but it is "
+                                f"{symbols[want][0]} in input '{symbols[want][1]}'")
+            feeds[v] = np.ascontiguousarray(a)
+        return feeds
+
+
+@user_boundary
+def compile(model, target: str = "c", options: Options | None = None, *, fuse: bool = True,
+            disable=()) -> Session:  # noqa: A001 - the name users expect
+    """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) into a ``Session``.
+
+    ``options`` apply to every compiled group; ``fuse=False`` compiles each op alone;
+    ``disable`` names graph passes to skip (see ``polytc.graph.passes.PASSES``)."""
+    return Session(model, target, options, fuse, disable)
+
+
+def __getattr__(name):
+    if name == "Backend":
+        from .graph.backend import PolytcBackend
+
+        return PolytcBackend
+    raise AttributeError(name)

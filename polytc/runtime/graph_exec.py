@@ -1,0 +1,150 @@
+"""The graph executor: runs a model's compiled groups in order.
+
+A ``Plan`` is a model compiled for one set of input shapes: its steps (groups, each a
+loaded ``CompiledKernel``, and views), the constants its groups read, and a memory plan.
+Memory planning gives every intermediate value a slot in a small arena of 64-byte
+aligned buffers, reused as soon as the last reader of a value has run (best fit by size);
+views share their source's slot and keep it alive.  Values the user gets back (graph
+outputs and views of them) are freshly allocated at each run.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from .. import config
+from ..diagnostics import InternalError, PolytcError
+from ..graph.bind import bind
+from ..graph.group import Group, View, form_groups
+from .memory import aligned_empty
+
+
+class Plan:
+    def __init__(self, graph, shapes: dict, options, fuse: bool = True):
+        t0 = time.perf_counter()
+        self.bound = bind(graph, shapes)
+        self.steps = form_groups(self.bound, fuse)
+        self.outputs = graph.outputs
+        self.timings = {"bind+group": time.perf_counter() - t0}
+        self.kernels = {}
+        self.texts = {}
+        t0 = time.perf_counter()
+        for s in self.steps:
+            if isinstance(s, Group):
+                self.kernels[s.name] = self._compile(s, options)
+        self.timings["compile"] = time.perf_counter() - t0
+        consts = self.bound.graph.constants
+        self.constants = {v: np.ascontiguousarray(c) for v, c in consts.items()}
+        self._plan_memory()
+        self._lock = threading.Lock()
+
+    def _compile(self, group: Group, options):
+        from ..diagnostics import Source
+        from ..lang.parser import parse
+        from ..lang.sema import check
+        from .kernel import Kernel
+
+        text = group.text(self.bound.refs)
+        self.texts[group.name] = text
+        try:
+            program = check(parse(text, f"<{group.name}>")[0], Source(text, f"<{group.name}>"))
+            kernel = Kernel(program, options)
+            refs = self.bound.refs
+            return kernel.specialize(*[np.empty(refs[v].shape, refs[v].dtype)
+                                       for v in group.inputs])
+        except PolytcError as e:
+            nodes = ", ".join(n.label for n in group.nodes)
+            raise InternalError(f"compiling the group of {nodes} failed: {e.message}\n"
+                                f"{text}", hint="this is a polytc bug; please report it "
+                                "with the model") from None
+
+    # --- memory ----------------------------------------------------------------------
+    def _plan_memory(self):
+        """Slots for intermediate values; ``fresh`` values are the user's."""
+        refs = self.bound.refs
+        fresh = set(self.outputs)
+        for s in reversed(self.steps):  # a view of a returned value is returned too
+            if isinstance(s, View) and s.value in fresh:
+                fresh.add(s.source)
+        last: dict = {}
+        for k, s in enumerate(self.steps):
+            for v in ([s.source] if isinstance(s, View) else s.inputs):
+                last[v] = k
+        for s in reversed(self.steps):  # a view keeps its source alive
+            if isinstance(s, View):
+                last[s.source] = max(last.get(s.source, 0), last.get(s.value, 0))
+        self.fresh = fresh
+        owned = set()  # values this plan allocates for the user at each run
+        for s in self.steps:
+            if isinstance(s, Group):
+                owned.update(v for v in s.outputs if v in fresh)
+            elif s.source in owned:
+                owned.add(s.value)
+        self.owned = owned
+        self.slot: dict = {}  # value -> buffer index
+        sizes: list = []
+        free: list = []  # buffer indices
+        dying: dict = {}
+        for k, s in enumerate(self.steps):
+            if isinstance(s, Group):
+                for v in s.outputs:
+                    if v in fresh:
+                        continue
+                    need = refs[v].size * refs[v].dtype.itemsize
+                    fit = [b for b in free if sizes[b] >= need]
+                    if fit:
+                        b = min(fit, key=lambda b: sizes[b])
+                        free.remove(b)
+                    else:
+                        b = len(sizes)
+                        sizes.append(need)
+                    self.slot[v] = b
+                    dying.setdefault(last.get(v, k), []).append(b)
+            free.extend(dying.pop(k, []))
+        self.arena = [aligned_empty((max(n, 1),), np.uint8) for n in sizes]
+        self.arena_bytes = sum(sizes)
+
+    def _buffer(self, v, zero):
+        r = self.bound.refs[v]
+        if v in self.fresh:
+            return aligned_empty(r.shape, r.dtype, zero=zero)
+        n = r.size * r.dtype.itemsize
+        a = self.arena[self.slot[v]][:n].view(r.dtype).reshape(r.shape)
+        if zero:
+            a.fill(0)
+        return a
+
+    # --- running ---------------------------------------------------------------------
+    def run(self, feeds: dict, names) -> list:
+        env = dict(self.constants)
+        env.update(feeds)
+        with self._lock:  # the arena is shared by runs of this plan
+            for s in self.steps:
+                if isinstance(s, View):
+                    env[s.value] = env[s.source].reshape(s.shape)
+                    continue
+                ck = self.kernels[s.name]
+                outs = [self._buffer(v, z) for v, z in zip(s.outputs, ck.out_zero)]
+                ck.run([env[v] for v in s.inputs], outs)
+                env.update(zip(s.outputs, outs))
+            result = []
+            for n in names:
+                a = env[n]
+                result.append(a if n in self.owned else np.array(a))
+        return result
+
+    def report(self) -> list:
+        """One line per step: what was fused and how big the program is."""
+        lines = []
+        for s in self.steps:
+            if isinstance(s, View):
+                lines.append(f"view  {s.value} = reshape({s.source}) {list(s.shape)}")
+            else:
+                ck = self.kernels[s.name]
+                ms = sum(ck.timings.values()) * 1e3 if ck.timings else 0.0
+                lines.append(f"{s.name:5} {' + '.join(s.ops)}  [{len(s.stmts)} statements, "
+                             f"{'/'.join(sorted(s.kinds))}{f', {ms:.0f} ms' if ms else ''}]")
+        config.log(2, "\n".join(lines))
+        return lines
