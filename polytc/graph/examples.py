@@ -332,8 +332,8 @@ def example_inputs(model: onnx.ModelProto, seed: int = 0, batch: int | None = No
         shape = [d.dim_value if d.HasField("dim_value") else (batch or 1)
                  for d in tt.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if "mask" in vi.name and len(shape) >= 1:
-            n, length = shape[0] if shape else 1, shape[-1]
+        if "mask" in vi.name and len(shape) >= 2:  # [batch, ..., seq]
+            n, length = shape[0], shape[-1]
             keep = np.arange(length) < rng.integers(length // 2 + 1, length + 1, (n, 1))
             keep = keep.reshape([n] + [1] * (len(shape) - 2) + [length])
             if dtype.kind == "f":

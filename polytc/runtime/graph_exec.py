@@ -9,10 +9,12 @@ outputs and views of them) are freshly allocated at each run.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import numpy as np
+from concurrent.futures import ThreadPoolExecutor
 
 from .. import config
 from ..diagnostics import InternalError, PolytcError
@@ -31,9 +33,11 @@ class Plan:
         self.kernels = {}
         self.texts = {}
         t0 = time.perf_counter()
-        for s in self.steps:
-            if isinstance(s, Group):
-                self.kernels[s.name] = self._compile(s, options)
+        groups = [s for s in self.steps if isinstance(s, Group)]
+        # the isl part of each compile runs under a lock, gcc runs in parallel
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            for s, ck in zip(groups, pool.map(lambda s: self._compile(s, options), groups)):
+                self.kernels[s.name] = ck
         self.timings["compile"] = time.perf_counter() - t0
         consts = self.bound.graph.constants
         self.constants = {v: np.ascontiguousarray(c) for v, c in consts.items()}
@@ -42,6 +46,7 @@ class Plan:
 
     def _compile(self, group: Group, options):
         from ..diagnostics import Source
+        from ..lang.inline import inline_temporaries
         from ..lang.parser import parse
         from ..lang.sema import check
         from .kernel import Kernel
@@ -50,6 +55,7 @@ class Plan:
         self.texts[group.name] = text
         try:
             program = check(parse(text, f"<{group.name}>")[0], Source(text, f"<{group.name}>"))
+            program = inline_temporaries(program)
             kernel = Kernel(program, options)
             refs = self.bound.refs
             return kernel.specialize(*[np.empty(refs[v].shape, refs[v].dtype)

@@ -12,6 +12,7 @@ import functools
 import json
 
 import numpy as np
+import threading
 import time
 
 
@@ -26,6 +27,7 @@ from .memory import aligned_copy, aligned_zeros, allocator, is_aligned
 
 TARGET = "c"
 _PROCESS: dict = {}  # disk key -> CompiledKernel, shared by all Kernel objects
+_PIPELINE_LOCK = threading.RLock()
 
 
 @functools.lru_cache(maxsize=None)
@@ -259,7 +261,8 @@ def _build(program, env, options):
     from ..codegen_c.compiler import build_shared_object
     from . import pipeline
 
-    b = pipeline.run(program, env, options)
+    with _PIPELINE_LOCK:  # isl's context is not thread-safe; gcc runs concurrently
+        b = pipeline.run(program, env, options)
     t0 = time.perf_counter()
     so = build_shared_object(b.code, {"name": program.name})
     b.timings["gcc"] = time.perf_counter() - t0

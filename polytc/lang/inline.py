@@ -1,0 +1,121 @@
+"""Inlining of temporaries: ``f(program) -> program``.
+
+A temporary ``T`` written by one plain ``=`` statement over its whole shape, and read
+once, by a statement that reads each element of ``T`` at most once (its subscripts are
+distinct indices naming every index of the reading statement), is substituted into that
+read.  The value is then computed in a register where it is used instead of going through
+memory: a chain of elementwise ops (bias, activation, scaling) costs one pass over the
+data.  Reads that would recompute an element (a broadcast, a contraction operand) are left
+alone, so no work is repeated and register-tiled products keep their shape.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from . import program as P
+from . import sizes as S
+
+
+def _substitute(e, env: dict):
+    """``e`` with index variables replaced by the expressions in ``env``."""
+    if isinstance(e, P.Index):
+        return env.get(e.name, e)
+    if isinstance(e, P.Read):
+        return dataclasses.replace(e, indices=tuple(_substitute(i, env) for i in e.indices))
+    if isinstance(e, P.Apply):
+        return dataclasses.replace(e, args=tuple(_substitute(a, env) for a in e.args))
+    if isinstance(e, (P.Convert, P.Neg, P.Not)):
+        return dataclasses.replace(e, value=_substitute(e.value, env))
+    if isinstance(e, P.Bin):
+        return dataclasses.replace(e, lhs=_substitute(e.lhs, env), rhs=_substitute(e.rhs, env))
+    if isinstance(e, P.Select):
+        return dataclasses.replace(e, cond=_substitute(e.cond, env),
+                                   then=_substitute(e.then, env),
+                                   other=_substitute(e.other, env))
+    return e
+
+
+def _replace_read(e, tensor: str, make):
+    """``e`` with the read of ``tensor`` replaced by ``make(read)``."""
+    if isinstance(e, P.Read):
+        if e.tensor == tensor:
+            return make(e)
+        return dataclasses.replace(e, indices=tuple(_replace_read(i, tensor, make)
+                                                    for i in e.indices))
+    if isinstance(e, P.Apply):
+        return dataclasses.replace(e, args=tuple(_replace_read(a, tensor, make)
+                                                 for a in e.args))
+    if isinstance(e, (P.Convert, P.Neg, P.Not)):
+        return dataclasses.replace(e, value=_replace_read(e.value, tensor, make))
+    if isinstance(e, P.Bin):
+        return dataclasses.replace(e, lhs=_replace_read(e.lhs, tensor, make),
+                                   rhs=_replace_read(e.rhs, tensor, make))
+    if isinstance(e, P.Select):
+        return dataclasses.replace(e, cond=_replace_read(e.cond, tensor, make),
+                                   then=_replace_read(e.then, tensor, make),
+                                   other=_replace_read(e.other, tensor, make))
+    return e
+
+
+def _covers(stmt, shape) -> bool:
+    """Whether ``stmt`` writes every element of a tensor of ``shape``."""
+    if len(set(stmt.indices)) != len(stmt.indices):
+        return False
+    for var, dim in zip(stmt.indices, shape):
+        r = stmt.range_of(var)
+        if not (S.is_const(r.lo) and S.evaluate(r.lo, {}) == 0 and r.hi == dim):
+            return False
+    return True
+
+
+def _candidate(program, temp):
+    """(defining statement, reading statement) if ``temp`` can be inlined."""
+    stmts = program.statements
+    writers = [k for k, s in enumerate(stmts) if s.tensor == temp.name]
+    if len(writers) != 1:
+        return None
+    d = stmts[writers[0]]
+    if d.op is not None or d.reduction_vars or not _covers(d, temp.shape):
+        return None
+    sites = [(k, r) for k, s in enumerate(stmts) for r in P.reads(s.rhs)
+             if r.tensor == temp.name]
+    if len(sites) != 1:
+        return None
+    k, read = sites[0]
+    user = stmts[k]
+    if k <= writers[0] or any(temp.name in {x.tensor for x in P.reads(i)}
+                              for r in P.reads(user.rhs) for i in r.indices):
+        return None  # read before written, or used as a subscript
+    names = [i.name if isinstance(i, P.Index) else None for i in read.indices]
+    if None in names or len(set(names)) != len(names) or set(names) != set(user.index_vars):
+        return None  # the read could touch an element twice
+    return writers[0], k
+
+
+def inline_temporaries(program: P.Program) -> P.Program:
+    """The program with every inlinable temporary substituted into its reader."""
+    changed = True
+    while changed:
+        changed = False
+        for temp in program.temporaries:
+            found = _candidate(program, temp)
+            if found is None:
+                continue
+            w, k = found
+            d = program.statements[w]
+
+            def make(read, d=d, temp=temp):
+                env = {v: i for v, i in zip(d.indices, read.indices)}
+                value = _substitute(d.rhs, env)
+                return value if value.dtype == temp.dtype else P.Convert(value, temp.dtype)
+
+            user = program.statements[k]
+            user = dataclasses.replace(user, rhs=_replace_read(user.rhs, temp.name, make))
+            stmts = tuple(user if j == k else s for j, s in enumerate(program.statements)
+                          if j != w)
+            program = dataclasses.replace(
+                program, statements=stmts,
+                temporaries=tuple(t for t in program.temporaries if t.name != temp.name))
+            changed = True
+            break
+    return program
