@@ -69,6 +69,38 @@ def _conv_ref(I, Wt):
     return out
 
 
+def _onnx_demo():
+    """A whole ONNX model: a transformer encoder layer, against onnx's reference (and
+    onnxruntime when it is installed)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from polytc.graph import examples
+
+    model = examples.transformer_layer(batch=1, seq=32, d_model=64, heads=4, ffn=128)
+    feeds = examples.example_inputs(model, seed=0)
+    print("\nONNX model: a transformer encoder layer (attention, softmax, layernorm, GELU)")
+    t0 = time.perf_counter()
+    sess = polytc.onnx.compile(model)
+    compile_s = time.perf_counter() - t0
+    got = sess.run(None, feeds)[0]
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    err = float(np.max(np.abs(got - want)))
+    assert err < 1e-3, err
+    line = (f"  {len(sess.graph.nodes)} ops in {sum(len(p.kernels) for p in sess._plans.values())}"
+            f" fused groups, compiled in {compile_s:.2f} s; run "
+            f"{_time(lambda: sess.run(None, feeds)) * 1e3:.3f} ms; max |err| vs onnx "
+            f"reference {err:.1e}")
+    try:
+        import onnxruntime as ort
+
+        o = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        line += f"; onnxruntime {_time(lambda: o.run(None, feeds)) * 1e3:.3f} ms"
+    except ImportError:
+        pass
+    print(line)
+    print("\n".join("  " + r for r in sess.report().splitlines()[2:8]) + "\n  ...")
+
+
 def main() -> int:
     rng = np.random.default_rng(0)
     f32 = np.float32
@@ -110,6 +142,8 @@ def main() -> int:
     assert err < 1e-4, err
     print(f"  compile+first run {compile_s * 1e3:.0f} ms, run {_time(mlp, Xb, W1, b1, W2, b2) * 1e3:.3f} ms"
           f", max |err| vs numpy {err:.2e}, predicted classes {P.argmax(1)[:8]}...")
+
+    _onnx_demo()
 
     ck = ks["softmax"].specialize(X)
     print("\nwhat the compiler made of softmax (schedule tree, then C):")

@@ -55,9 +55,8 @@ class Session:
             raise UnsupportedError(f"target '{target}' is not available for models",
                                    hint=f"targets: {', '.join(TARGETS)}")
         t0 = time.perf_counter()
-        graph = import_model(model, where)
-        check_supported(graph)
-        self.graph, self.stages = passes.run(graph, disable)
+        self.graph, self.stages = passes.run(import_model(model, where), disable)
+        check_supported(self.graph)  # every unsupported op at once, before compiling
         self.options = options or Options()
         self.fuse, self.target = fuse, target
         self._plans: dict = {}
@@ -164,7 +163,8 @@ class Session:
                             raise ModelError(
                                 f"input '{v}': dimension {k} ('{want}') is {d}, but it is "
                                 f"{symbols[want][0]} in input '{symbols[want][1]}'")
-            feeds[v] = np.ascontiguousarray(a)
+            # np.ascontiguousarray would make a 0-d array 1-d
+            feeds[v] = a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape)
         return feeds
 
 

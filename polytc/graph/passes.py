@@ -157,7 +157,9 @@ def simplify(g: Graph) -> Graph:
         if n.op == "Transpose" and n.attr("perm") is not None:
             perm = list(n.attr("perm"))
             if perm == sorted(perm):
-                return simplify(substitute(g, n.outputs[0], n.inputs[0], n))
+                g2 = substitute(g, n.outputs[0], n.inputs[0], n)
+                if g2 is not g:
+                    return simplify(g2)
             if only and p.op == "Transpose" and p.attr("perm") is not None:
                 inner = list(p.attr("perm"))
                 new = Node("Transpose", n.name, p.inputs, n.outputs,

@@ -40,7 +40,8 @@ class Plan:
                 self.kernels[s.name] = ck
         self.timings["compile"] = time.perf_counter() - t0
         consts = self.bound.graph.constants
-        self.constants = {v: np.ascontiguousarray(c) for v, c in consts.items()}
+        self.constants = {v: np.ascontiguousarray(c).reshape(np.shape(c))  # keeps 0-d
+                          for v, c in consts.items()}
         self._plan_memory()
         self._lock = threading.Lock()
 
@@ -109,15 +110,18 @@ class Plan:
                     self.slot[v] = b
                     dying.setdefault(last.get(v, k), []).append(b)
             free.extend(dying.pop(k, []))
-        self.arena = [aligned_empty((max(n, 1),), np.uint8) for n in sizes]
+        arena = [aligned_empty((max(n, 1),), np.uint8) for n in sizes]
         self.arena_bytes = sum(sizes)
+        self.placed = {}  # value -> its array in the arena, made once
+        for v, b in self.slot.items():
+            r = refs[v]
+            self.placed[v] = arena[b][:r.size * r.dtype.itemsize].view(r.dtype).reshape(r.shape)
 
     def _buffer(self, v, zero):
-        r = self.bound.refs[v]
-        if v in self.fresh:
+        a = self.placed.get(v)
+        if a is None:
+            r = self.bound.refs[v]
             return aligned_empty(r.shape, r.dtype, zero=zero)
-        n = r.size * r.dtype.itemsize
-        a = self.arena[self.slot[v]][:n].view(r.dtype).reshape(r.shape)
         if zero:
             a.fill(0)
         return a

@@ -130,19 +130,20 @@ def _div(ctx):
 @op("Mod")
 def _mod(ctx):
     a = ctx.input(0)
-    if a.dtype.kind == "f" or ctx.attr("fmod", 0):
-        ctx.elementwise(0, lambda x, y: f"fmod({x}, {y})" if a.dtype.kind == "f"
-                        else f"({x} % {y})")
+    z = literal(0, a.dtype)
+    rem = (lambda x, y: f"fmod({x}, {y})") if a.dtype.kind == "f" else \
+        (lambda x, y: f"({x} % {y})")
+    if ctx.attr("fmod", 0):
+        ctx.elementwise(0, rem)
     else:  # the result takes the divisor's sign, as Python's %
-        z = literal(0, a.dtype)
-        ctx.elementwise(0, lambda x, y: f"(({x} % {y}) != {z} && (({x} % {y}) < {z}) != "
-                        f"({y} < {z}) ? ({x} % {y}) + {y} : ({x} % {y}))")
+        ctx.elementwise(0, lambda x, y: f"({rem(x, y)} != {z} && ({rem(x, y)} < {z}) != "
+                        f"({y} < {z}) ? {rem(x, y)} + {y} : {rem(x, y)})")
 
 
 @op("Pow")
 def _pow(ctx):
     a, b = ctx.input(0), ctx.input(1)
-    e = b.scalar
+    e, t = b.scalar, tc_type(a.dtype)
     if e == 2:
         ctx.elementwise(0, lambda x, y: f"({x} * {x})")
     elif e == 1:
@@ -150,8 +151,9 @@ def _pow(ctx):
     elif e == 0.5 and a.dtype.kind == "f":
         ctx.elementwise(0, lambda x, y: f"sqrt({x})")
     elif a.dtype.kind == "f":
-        t = tc_type(a.dtype)
         ctx.elementwise(0, lambda x, y: f"pow({x}, {t}({y}))")
+    elif a.dtype.kind in "iu":  # exact in double for the values integers take here
+        ctx.elementwise(0, lambda x, y: f"{t}(pow(double({x}), double({y})))")
     else:
         ctx.fail(f"Pow of {a.dtype.name} is not supported", unsupported=True)
 
@@ -185,13 +187,12 @@ def _clip(ctx):
 
     def text(xs):
         if lo is not None:
-            lt = lo if isinstance(lo, str) else lo.bcast([])
-            xs = f"max({xs}, {lt})"
+            xs = f"max({xs}, {lo if isinstance(lo, str) else lo(*[0] * lo.rank)})"
         if hi is not None:
-            ht = hi if isinstance(hi, str) else hi.bcast([])
-            xs = f"min({xs}, {ht})"
+            xs = f"min({xs}, {hi if isinstance(hi, str) else hi(*[0] * hi.rank)})"
         return xs
-    ctx.elementwise(0, lambda xs, *_: text(xs), shape=x.shape)
+    ctx.inputs = ctx.inputs[:1]
+    ctx.elementwise(0, text, shape=x.shape)
 
 
 @op("Cast")

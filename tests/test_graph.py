@@ -1,0 +1,218 @@
+"""The graph layer: passes, binding, fusion groups, memory planning, inlining."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import polytc
+from polytc.graph import passes
+from polytc.graph.onnx_import import import_model
+from polytc.lang.inline import inline_temporaries
+
+F = np.float32
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, t, s)
+                                       for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+def steps_of(sess):
+    (plan,) = sess._plans.values()
+    return plan
+
+
+def mlp_layer(n=32, k=48, m=40):
+    rng = np.random.default_rng(0)
+    return model([node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["a"]),
+                  node("Relu", ["a"], ["y"])],
+                 [("x", TP.FLOAT, [n, k])], [("y", TP.FLOAT, [n, m])],
+                 [("w", rng.standard_normal((k, m)).astype(F)),
+                  ("b", rng.standard_normal(m).astype(F))])
+
+
+# --- passes -------------------------------------------------------------------------------
+def test_import_prints_the_graph():
+    g = import_model(mlp_layer())
+    text = str(g)
+    assert "input  x: float32[32x48]" in text
+    assert "h = MatMul(x, w)" in text
+    assert "output y: float32[32x40]" in text
+
+
+def test_constant_folding_uses_onnx_reference():
+    m = model([node("Add", ["c1", "c2"], ["c3"]), node("Mul", ["x", "c3"], ["y"])],
+              [("x", TP.FLOAT, [3])], [("y", TP.FLOAT, [3])],
+              [("c1", np.ones(3, F)), ("c2", np.full(3, 2, F))])
+    g, _ = passes.run(import_model(m))
+    assert [n.op for n in g.nodes] == ["Mul"]
+    np.testing.assert_array_equal(g.constants["c3"], np.full(3, 3, F))
+
+
+def test_identities_removed_and_outputs_keep_their_names():
+    m = model([node("Identity", ["x"], ["a"]), node("Relu", ["a"], ["b"]),
+               node("Dropout", ["b"], ["y"])],
+              [("x", TP.FLOAT, [4])], [("y", TP.FLOAT, [4])])
+    g, _ = passes.run(import_model(m))
+    assert [n.op for n in g.nodes] == ["Relu"]
+    assert g.nodes[0].inputs == ("x",) and g.nodes[0].outputs == ("y",)
+    x = np.array([-1, 2, -3, 4], F)
+    np.testing.assert_array_equal(polytc.onnx.compile(m).run(None, {"x": x})[0],
+                                  np.maximum(x, 0))
+
+
+def test_transpose_chain_composes():
+    m = model([node("Transpose", ["x"], ["a"], perm=[1, 2, 0]),
+               node("Transpose", ["a"], ["y"], perm=[2, 0, 1])],
+              [("x", TP.FLOAT, [2, 3, 4])], [("y", TP.FLOAT, [2, 3, 4])])
+    g, _ = passes.run(import_model(m))
+    assert [n.op for n in g.nodes] == ["Identity"] or not g.nodes or \
+        all(n.op != "Transpose" or list(n.attr("perm")) == [0, 1, 2] for n in g.nodes)
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(F)
+    np.testing.assert_array_equal(polytc.onnx.compile(m).run(None, {"x": x})[0], x)
+
+
+def test_cse_and_dce():
+    m = model([node("Exp", ["x"], ["a"]), node("Exp", ["x"], ["b"]),
+               node("Add", ["a", "b"], ["y"]), node("Log", ["x"], ["unused"])],
+              [("x", TP.FLOAT, [5])], [("y", TP.FLOAT, [5])])
+    g, stages = passes.run(import_model(m))
+    assert [n.op for n in g.nodes] == ["Exp", "Add"]
+    assert set(stages) >= {"import", "fold_constants", "cse", "dce"}
+
+
+def test_batchnorm_folds_into_conv():
+    rng = np.random.default_rng(2)
+    c = 4
+    m = model([node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+               node("BatchNormalization", ["c", "s", "bb", "mu", "var"], ["y"])],
+              [("x", TP.FLOAT, [1, 3, 6, 6])], [("y", TP.FLOAT, [1, c, 6, 6])],
+              [("w", rng.standard_normal((c, 3, 3, 3)).astype(F)),
+               ("s", rng.random(c).astype(F) + 0.5), ("bb", rng.standard_normal(c).astype(F)),
+               ("mu", rng.standard_normal(c).astype(F)), ("var", rng.random(c).astype(F) + 0.5)])
+    g, _ = passes.run(import_model(m))
+    assert [n.op for n in g.nodes] == ["Conv"]
+    x = rng.standard_normal((1, 3, 6, 6)).astype(F)
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    got = polytc.onnx.compile(m).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_compile_leaves_the_callers_model_alone():
+    m = mlp_layer()
+    before = m.SerializeToString()
+    polytc.onnx.compile(m)
+    assert m.SerializeToString() == before
+
+
+# --- fusion groups ------------------------------------------------------------------------
+def test_matmul_bias_relu_is_one_group_with_inlined_epilogue():
+    sess = polytc.onnx.compile(mlp_layer())
+    plan = steps_of(sess)
+    groups = [s for s in plan.steps if hasattr(s, "stmts")]
+    assert len(groups) == 1 and groups[0].ops == ["MatMul", "Add", "Relu"]
+    tc = plan.kernels[groups[0].name].stages["tc"]
+    assert "max(" in tc and tc.count("=") >= 2
+    x = np.random.default_rng(3).standard_normal((32, 48)).astype(F)
+    w = numpy_helper.to_array(mlp_layer().graph.initializer[0])
+    b = numpy_helper.to_array(mlp_layer().graph.initializer[1])
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x @ w + b, 0),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_two_matmuls_are_two_groups_and_fuse_false_splits_everything():
+    rng = np.random.default_rng(4)
+    m = model([node("MatMul", ["x", "w1"], ["h"]), node("Relu", ["h"], ["a"]),
+               node("MatMul", ["a", "w2"], ["y"])],
+              [("x", TP.FLOAT, [8, 16])], [("y", TP.FLOAT, [8, 4])],
+              [("w1", rng.standard_normal((16, 12)).astype(F)),
+               ("w2", rng.standard_normal((12, 4)).astype(F))])
+    ops = [s.ops for s in steps_of(polytc.onnx.compile(m)).steps]
+    assert ops == [["MatMul", "Relu"], ["MatMul"]]
+    ops = [s.ops for s in steps_of(polytc.onnx.compile(m, fuse=False)).steps]
+    assert ops == [["MatMul"], ["Relu"], ["MatMul"]]
+
+
+def test_report_names_the_fused_ops():
+    text = polytc.onnx.compile(mlp_layer()).report()
+    assert "MatMul + Add + Relu" in text and "compiled groups" in text
+
+
+# --- memory -------------------------------------------------------------------------------
+def test_arena_reuses_buffers_and_outputs_are_fresh():
+    chain = [node("Exp" if k % 2 else "MatMul", [f"v{k}"] + ([] if k % 2 else ["w"]),
+                  [f"v{k + 1}"]) for k in range(6)]
+    chain.append(node("Identity", ["v6"], ["y"]))
+    m = model(chain, [("v0", TP.FLOAT, [16, 16])], [("y", TP.FLOAT, [16, 16])],
+              [("w", (np.eye(16) * 0.5).astype(F))])
+    sess = polytc.onnx.compile(m)
+    plan = steps_of(sess)
+    assert len(set(plan.slot.values())) < len(plan.slot)  # some buffer serves twice
+    x = np.random.default_rng(5).standard_normal((16, 16)).astype(F)
+    y1 = sess.run(None, {"v0": x})[0]
+    keep = y1.copy()
+    sess.run(None, {"v0": x * 2})
+    np.testing.assert_array_equal(y1, keep)  # a later run does not overwrite results
+
+
+def test_symbolic_batch_compiles_once_per_shape():
+    m = model([node("Relu", ["x"], ["y"])], [("x", TP.FLOAT, ["N", 3])],
+              [("y", TP.FLOAT, ["N", 3])])
+    sess = polytc.onnx.compile(m)
+    assert sess.get_inputs()[0].shape == ["N", 3]
+    assert not sess._plans  # nothing compiled before the first run
+    for n in (2, 5, 2):
+        x = np.random.default_rng(n).standard_normal((n, 3)).astype(F)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
+    assert len(sess._plans) == 2
+
+
+def test_output_that_is_an_input_is_copied():
+    m = model([node("Identity", ["x"], ["y"])], [("x", TP.FLOAT, [3])],
+              [("y", TP.FLOAT, [3])])
+    x = np.arange(3, dtype=F)
+    y = polytc.onnx.compile(m).run(None, {"x": x})[0]
+    y[0] = 42
+    assert x[0] == 0
+
+
+# --- inlining -----------------------------------------------------------------------------
+def test_inline_substitutes_single_reads_only():
+    k = polytc.tc("""def f(float(N,K) A, float(K,M) B, float(M) b) -> (Y) {
+        T(i, j) +=! A(i, k) * B(k, j)
+        U(i, j) = T(i, j) + b(j)
+        V(i, j) = max(U(i, j), 0.0)
+        W(i, j) = exp(V(i, j))
+        s(i) +=! W(i, j)
+        Y(i, j) = W(i, j) / s(i)
+    }""")
+    p = inline_temporaries(k.program)
+    names = [s.tensor for s in p.statements]
+    assert names == ["T", "W", "s", "Y"]  # U and V inlined; W is read twice
+    assert "exp(max(T(i, j) + b(j), 0.0))" in str(p)
+    A = np.random.default_rng(6).standard_normal((5, 7)).astype(F)
+    B = np.random.default_rng(7).standard_normal((7, 6)).astype(F)
+    bb = np.ones(6, F)
+    from polytc.runtime.kernel import Kernel
+
+    np.testing.assert_allclose(Kernel(p)(A, B, bb), k(A, B, bb), rtol=1e-5)
+
+
+def test_inline_keeps_contraction_operands():
+    k = polytc.tc("""def f(float(N,K) A, float(K,M) B) -> (C) {
+        S(i, k) = A(i, k) * 2.0
+        C(i, j) +=! S(i, k) * B(k, j)
+    }""")
+    assert inline_temporaries(k.program) == k.program
