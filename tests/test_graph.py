@@ -153,8 +153,8 @@ def test_report_names_the_fused_ops():
 # --- memory -------------------------------------------------------------------------------
 def test_arena_reuses_buffers_and_outputs_are_fresh():
     chain = [node("Exp" if k % 2 else "MatMul", [f"v{k}"] + ([] if k % 2 else ["w"]),
-                  [f"v{k + 1}"]) for k in range(6)]
-    chain.append(node("Identity", ["v6"], ["y"]))
+                  [f"v{k + 1}"]) for k in range(8)]
+    chain.append(node("Identity", ["v8"], ["y"]))
     m = model(chain, [("v0", TP.FLOAT, [16, 16])], [("y", TP.FLOAT, [16, 16])],
               [("w", (np.eye(16) * 0.5).astype(F))])
     sess = polytc.onnx.compile(m)

@@ -57,6 +57,7 @@ class View:
     value: str
     shape: tuple
     node: object = None
+    position: int = 0
 
 
 def form_groups(bound, fuse: bool = True) -> list:
@@ -70,7 +71,7 @@ def form_groups(bound, fuse: bool = True) -> list:
             for o in outs:
                 if o in bound.views:
                     src, shape = bound.views[o]
-                    steps.append(View(src, o, shape, n))
+                    steps.append(View(src, o, shape, n, len(steps)))
                     where[o] = steps[-1]
             continue
         low = bound.lowered[n.name]
