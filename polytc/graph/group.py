@@ -2,9 +2,11 @@
 
 Walking the nodes in order, a node joins the group that produced its latest input when
 (1) every other input it reads exists before that group runs (a graph input, a constant,
-or the result of an earlier step), (2) neither it nor the group is ``opaque``, (3) the
-group holds no contraction if the node is one — so a group is a chain of elementwise,
-reduction and data-movement ops around at most one MatMul/Conv — and (4) the group stays
+or the result of an earlier step), (2) neither it nor the group is ``opaque``, (3) a
+group holds at most one contraction, and never a contraction and a reduction together —
+so a group is either elementwise and data-movement ops around one MatMul/Conv (a prologue
+and an epilogue: bias, activation, residual), or a chain of elementwise, reduction and
+movement ops (softmax, layer norm, pooling), which isl fuses into one loop nest — and (4) the group stays
 under ``MAX_STATEMENTS``, which bounds isl's scheduling time.  Inside a group isl decides
 the actual loop fusion (``Options.fusion``); values that no other step reads become
 temporaries of the program, never written to memory the executor sees.
@@ -99,6 +101,8 @@ def _target(n, low, steps, where, bound):
     last = max(groups, key=lambda s: s.position)
     if "opaque" in last.kinds or (low.kind == "contraction" and "contraction" in last.kinds):
         return None
+    if {"contraction", "reduction"} <= last.kinds | {low.kind}:
+        return None  # isl keeps them apart anyway; alone, the reductions fuse by rows
     if len(last.stmts) + len(low.stmts) > MAX_STATEMENTS:
         return None
     if any(s is not last and s.position > last.position for s in producers):

@@ -20,7 +20,7 @@ from .. import config
 from ..diagnostics import InternalError, PolytcError
 from ..graph.bind import bind
 from ..graph.group import Group, View, form_groups
-from .memory import aligned_empty
+from .memory import aligned_copy, aligned_empty
 
 
 class Plan:
@@ -144,6 +144,25 @@ class Plan:
                 a = env[n]
                 result.append(a if n in self.owned else np.array(a))
         return result
+
+    def profile(self, feeds: dict, repeat: int = 10) -> list:
+        """(step name, ops, median seconds) per group: where a run's time goes."""
+        times: dict = {}
+        env = dict(self.constants)
+        env.update(feeds)
+        for _ in range(repeat):
+            for s in self.steps:
+                if isinstance(s, View):
+                    env[s.value] = env[s.source].reshape(s.shape)
+                    continue
+                ck = self.kernels[s.name]
+                outs = [self._buffer(v, z) for v, z in zip(s.outputs, ck.out_zero)]
+                t0 = time.perf_counter()
+                ck.run([env[v] for v in s.inputs], outs)
+                times.setdefault(s.name, []).append(time.perf_counter() - t0)
+                env.update(zip(s.outputs, outs))
+        return [(s.name, s.ops, sorted(times[s.name])[repeat // 2])
+                for s in self.steps if isinstance(s, Group)]
 
     def report(self) -> list:
         """One line per step: what was fused and how big the program is."""
