@@ -20,61 +20,87 @@ from .scop import Scop
 
 def fuse_outer(schedule: isl.Schedule, scop: Scop, validity: isl.UnionMap) -> isl.Schedule:
     band = schedule.get_root().child(0)
-    if band.get_type() != isl.schedule_node_type.band or band.band_n_member() < 2 or \
-            not band.band_member_get_coincident(0) or not _shifted(band) or \
-            has_contraction(scop):
+    if band.get_type() != isl.schedule_node_type.band or \
+            not band.band_member_get_coincident(0) or has_contraction(scop):
         return schedule  # a contraction needs isl's whole band to be tiled
-    leaf = band.band_split(1).child(0).cut()  # keep the fused outer member only
+    fused = _clean_prefix(band)  # statement -> the index each fused member runs over
+    k = len(next(iter(fused.values()), []))
+    if k == 0 or not _shifted_below(band, k):
+        return schedule
+    node = band.band_split(k) if k < band.band_n_member() else band
+    leaf = node.child(0).cut()  # keep the fused outer members only
     ssts = sorted(scop.stmts, key=lambda s: (s.index, s.kind != "init"))
     filters = isl.UnionSetList.alloc(scop.ctx, len(ssts))
     for s in ssts:
         filters = filters.add(isl.UnionSet.from_set(s.domain))
     seq = leaf.insert_sequence(filters)
     for i, s in enumerate(ssts):
-        seq = _insert_rest(seq.child(i).child(0), [s], scop).parent().parent()
-    fused = seq.get_schedule()
-    if not respects(fused, validity):
+        rest = [v for v in range(len(s.vars)) if v not in fused.get(s.name, [])]
+        seq = _insert_rest(seq.child(i).child(0), s, rest, scop).parent().parent()
+    rebuilt = seq.get_schedule()
+    if not respects(rebuilt, validity):
         config.log(1, "max fusion: rebuilt schedule violates a dependence; keeping isl's")
         return schedule
-    return fused
+    return rebuilt
 
 
-def _shifted(band) -> bool:
-    """Whether isl shifted statements against each other in the inner members (a member
-    that is not just one index, or zero, of every statement)."""
+def _clean_prefix(band) -> dict:
+    """Statement -> indices of its variables run by the band's leading members that are
+    plain, unshifted, coincident loops over one variable of every statement."""
     from .schedule import member_coefficients
 
-    for members in member_coefficients(band).values():
-        for c in members[1:]:
-            if c is None or c[1] != 0 or sorted(c[0])[-1:] not in ([0], [1], []) or \
-                    sum(abs(x) for x in c[0]) > 1:
-                return True
-    return False
+    coeffs = member_coefficients(band)
+    out = {name: [] for name in coeffs}
+    for m in range(band.band_n_member()):
+        if not band.band_member_get_coincident(m):
+            break
+        picks = {}
+        for name, members in coeffs.items():
+            c = members[m]
+            if c is None or c[1] != 0 or sorted(c[0]) != [0] * (len(c[0]) - 1) + [1]:
+                return out
+            picks[name] = c[0].index(1)
+        for name, v in picks.items():
+            out[name].append(v)
+    return out
 
 
-def _insert_rest(leaf, ssts, scop):
-    """A band over each statement's indices but the first (the fused one), padded with
-    zeros; coincident where a statement has no dependence on itself but through a
+def _shifted_below(band, k) -> bool:
+    """Whether isl shifted or reversed statements against each other below the first
+    ``k`` members of ``band`` (a member that is not just one index, or zero, of every
+    statement), in this band or any band under it."""
+    from .schedule import member_coefficients
+
+    def bad(node, first):
+        if node.get_type() == isl.schedule_node_type.band:
+            for members in member_coefficients(node).values():
+                for c in members[first:]:
+                    if c is None or c[1] != 0 or any(x < 0 for x in c[0]) or \
+                            sum(c[0]) > 1:
+                        return True
+            first = 0
+        return any(bad(node.child(i), 0) for i in range(node.n_children()))
+
+    return bad(band, k)
+
+
+def _insert_rest(leaf, s, rest, scop):
+    """A band over statement ``s``'s variables ``rest`` (those the fused members do not
+    run); coincident where the statement has no dependence on itself but through a
     reordered reduction index; permutable when no member has such a dependence."""
-    depth = max(len(s.vars) - 1 for s in ssts)
-    if depth <= 0:
+    if not rest:
         return leaf
-    umap = isl.UnionMap.empty(isl.Space.params_alloc(scop.ctx, 0))
-    for s in ssts:
-        xs = [f"x{n}" for n in range(len(s.vars))]
-        dims = xs[1:] + ["0"] * (depth - len(xs) + 1)
-        m = isl.Map.read_from_str(scop.ctx, f"{{ {s.name}[{', '.join(xs)}] -> [{', '.join(dims)}] }}")
-        umap = umap.union(isl.UnionMap.from_map(m))
-    node = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(umap))
-    alone = len(ssts) == 1
-    s = ssts[0]
+    xs = [f"x{n}" for n in range(len(s.vars))]
+    m = isl.Map.read_from_str(scop.ctx, f"{{ {s.name}[{', '.join(xs)}] -> "
+                                        f"[{', '.join(xs[v] for v in rest)}] }}")
+    node = leaf.insert_partial_schedule(
+        isl.MultiUnionPwAff.from_union_map(isl.UnionMap.from_map(m)))
     reads_self = any(r.tensor == s.stmt.tensor for r in P.reads(s.stmt.rhs))
-    for m in range(depth):
-        var = s.vars[m + 1] if m + 1 < len(s.vars) else None
-        par = alone and var is not None and (s.kind == "init" or (
-            not reads_self and var not in s.stmt.reduction_vars))
-        node = node.band_member_set_coincident(m, 1 if par else 0)
-    node = node.band_set_permutable(1 if alone and not reads_self else 0)
+    for j, v in enumerate(rest):
+        var = s.vars[v]
+        par = s.kind == "init" or (not reads_self and var not in s.stmt.reduction_vars)
+        node = node.band_member_set_coincident(j, 1 if par else 0)
+    node = node.band_set_permutable(0 if reads_self else 1)
     return node
 
 
