@@ -2,7 +2,8 @@
 
 A temporary ``T`` written by one plain ``=`` statement over its whole shape, and read
 once, by a statement that reads each element of ``T`` at most once (its subscripts are
-distinct indices naming every index of the reading statement), is substituted into that
+distinct indices, or 0 along a dimension of extent 1, and every index of the reading
+statement that they do not name has a single value), is substituted into that
 read.  The value is then computed in a register where it is used instead of going through
 memory: a chain of elementwise ops (bias, activation, scaling) costs one pass over the
 data.  Reads that would recompute an element (a broadcast, a contraction operand) are left
@@ -86,10 +87,23 @@ def _candidate(program, temp):
     if k <= writers[0] or any(temp.name in {x.tensor for x in P.reads(i)}
                               for r in P.reads(user.rhs) for i in r.indices):
         return None  # read before written, or used as a subscript
-    names = [i.name if isinstance(i, P.Index) else None for i in read.indices]
-    if None in names or len(set(names)) != len(names) or set(names) != set(user.index_vars):
+    names = []
+    for sub, dim in zip(read.indices, temp.shape):
+        if isinstance(sub, P.Index):
+            names.append(sub.name)
+        elif not (isinstance(sub, P.Const) and sub.value == 0 and _extent(dim) == 1):
+            return None
+    if len(set(names)) != len(names) or any(
+            _extent(r.hi, r.lo) != 1 for r in user.ranges if r.var not in names):
         return None  # the read could touch an element twice
     return writers[0], k
+
+
+def _extent(hi, lo=None):
+    """The constant ``hi - lo``, or None."""
+    if not S.is_const(hi) or (lo is not None and not S.is_const(lo)):
+        return None
+    return S.evaluate(hi, {}) - (S.evaluate(lo, {}) if lo is not None else 0)
 
 
 def inline_temporaries(program: P.Program) -> P.Program:
