@@ -134,5 +134,6 @@ def _interfaces(steps, bound):
                         re.search(rf"\b{r.name}\b", text):
                     seen.add(i)
                     s.inputs.append(i)
-        s.outputs = [o for n in s.nodes for o in n.outputs
-                     if o and (o in g.outputs or read_by.get(o, set()) - {id(s)})]
+        s.outputs = [o for n in s.nodes for o in n.outputs  # empty results are constants
+                     if o and bound.refs[o].value is None and
+                     (o in g.outputs or read_by.get(o, set()) - {id(s)})]
