@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import time
+
 import islpy as isl
 
 from .scop import Scop
@@ -139,6 +141,58 @@ def configure(ctx: isl.Context, fusion: str) -> None:
 MAX_OPERATIONS = 20_000_000
 
 
+#: seconds isl's scheduler may take; some whole-component problems never finish and its
+#: operation budget is not checked everywhere
+DEADLINE = 8.0
+
+
+def _within_deadline(ctx, sc, fusion):
+    """``sc.compute_schedule()``, or None when it takes longer than ``DEADLINE``.
+
+    The scheduler runs in a forked child (isl cannot be interrupted from outside); the
+    schedule comes back as text.  Where fork is unavailable it runs here, unguarded."""
+    import os
+    import select
+
+    if not hasattr(os, "fork") or DEADLINE is None:
+        return sc.compute_schedule()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, write the schedule as text, leave at once
+        try:
+            os.close(r)
+            text = sc.compute_schedule().to_str().encode()
+            os.write(w, b"ok\n")
+            while text:
+                text = text[os.write(w, text):]
+        except BaseException:  # noqa: BLE001 - any failure: the parent falls back
+            pass
+        os._exit(0)
+    os.close(w)
+    chunks, deadline = [], time.monotonic() + DEADLINE
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                os.kill(pid, 9)
+                from .. import config
+
+                config.log(1, f"isl scheduler ({fusion}) ran past {DEADLINE:.0f} s; "
+                              "falling back")
+                return None
+            data = os.read(r, 1 << 16)
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    text = b"".join(chunks).decode()
+    if not text.startswith("ok\n"):
+        raise isl.Error("the scheduler failed")
+    return isl.Schedule.read_from_str(ctx, text[3:])
+
+
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> isl.Schedule:
     """isl's schedule, or program order (always legal) if isl runs out of budget.
     ``auto`` is ``preserve`` for programs with a contraction (fusing the rows of two
@@ -165,13 +219,15 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") ->
     scop.ctx.set_max_operations(MAX_OPERATIONS)
     scop.ctx.reset_operations()
     try:
-        schedule = sc.compute_schedule()
+        schedule = _within_deadline(scop.ctx, sc, fusion)
     except isl.Error as e:
         schedule = None
         from .. import config
 
         config.log(1, f"isl scheduler gave up ({e}); using program order")
     scop.ctx.set_max_operations(0)
+    if schedule is None and fusion == "max":
+        return compute_schedule(scop, deps, "preserve")
     if schedule is None:
         return program_order(scop)
     if fusion == "max":
