@@ -1,8 +1,19 @@
-"""The ``polytc`` command line."""
+"""The ``polytc`` command line.
+
+    polytc demo                                   compile and run examples
+    polytc show FILE --sizes 64x32,32x48          a TC kernel's stages
+    polytc compile MODEL.onnx [--shape x=1x3x224x224 ...] [--show groups|graph|tc]
+    polytc run MODEL.onnx --input inputs.npz [--output outputs.npz]
+
+Every polytc error prints ``error: ...`` (and its hint) on stderr and exits with status 1.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+
+SHOW = ("groups", "graph", "tc")
 
 
 def main(argv=None) -> int:
@@ -15,6 +26,30 @@ def main(argv=None) -> int:
     c.add_argument("--sizes", required=True,
                    help="input shapes, e.g. '64x32,32x48' (one per input; '' for 0-d)")
     c.add_argument("--stage", default="c", help="tc | scop | dependences | schedule | ast | c")
+
+    m = sub.add_parser("compile", help="compile an ONNX model and report what was fused",
+                       description="Compile an ONNX model for its input shapes and print "
+                       "the fusion groups, the compile time and the memory plan.")
+    m.add_argument("model", help="an .onnx file")
+    m.add_argument("--shape", action="append", default=[], metavar="NAME=DxDx...",
+                   help="the shape of an input (needed for inputs with symbolic dimensions; "
+                   "'' for 0-d), e.g. --shape input=1x3x224x224; repeat per input")
+    m.add_argument("--show", action="append", default=[], choices=SHOW,
+                   help="also print: groups (one line per fused group; the default output), "
+                   "graph (the graph after the graph passes), tc (each group's TC program)")
+    _model_options(m)
+
+    r = sub.add_parser("run", help="run an ONNX model on inputs from an .npz/.npy file",
+                       description="Compile an ONNX model for the given inputs and run it; "
+                       "print each output's name, shape, dtype and a summary, or save them.")
+    r.add_argument("model", help="an .onnx file")
+    r.add_argument("--input", "-i", required=True, metavar="FILE",
+                   help="an .npz whose keys are the model's input names (a model with one "
+                   "input may take an .npy)")
+    r.add_argument("--output", "-o", metavar="FILE.npz",
+                   help="save the outputs (keys: output names) instead of printing them")
+    _model_options(r)
+
     args = parser.parse_args(argv)
     from .diagnostics import PolytcError
 
@@ -23,10 +58,174 @@ def main(argv=None) -> int:
             from .demo import main as demo
 
             return demo()
+        if args.cmd == "compile":
+            return _compile(args)
+        if args.cmd == "run":
+            return _run(args)
         return _show(args)
     except PolytcError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return _error(str(e))
+    except CLIError as e:
+        return _error(str(e))
+
+
+class CLIError(Exception):
+    """A bad command-line argument or input file (not a polytc error)."""
+
+
+def _error(text: str) -> int:
+    print(f"error: {text}", file=sys.stderr)
+    return 1
+
+
+def _model_options(p):
+    p.add_argument("--no-fuse", action="store_true", help="compile every op alone")
+    p.add_argument("--disable", action="append", default=[], metavar="PASS",
+                   help="skip a graph pass (see polytc.graph.passes.PASSES); repeatable")
+
+
+def _session(args):
+    import polytc.onnx as ponnx
+    from .graph.passes import PASSES
+
+    names = [n for n, _ in PASSES]
+    for d in args.disable:
+        if d not in names:
+            raise CLIError(f"--disable {d}: no such graph pass (passes: {', '.join(names)})")
+    return ponnx.compile(args.model, fuse=not args.no_fuse, disable=tuple(args.disable))
+
+
+def _parse_shapes(specs, session) -> dict:
+    """``--shape`` arguments as {input: tuple}, every input filled in; checked against
+    the model as ``Session.run`` checks arrays."""
+    import numpy as np
+
+    inputs = {a.name: a for a in session.get_inputs()}
+    given = {}
+    for spec in specs:
+        name, eq, dims = spec.rpartition("=")
+        if not eq or not name:
+            raise CLIError(f"--shape {spec}: expected NAME=DxDx... (e.g. x=1x3x224x224)")
+        if name not in inputs:
+            raise CLIError(f"--shape {spec}: the model has no input '{name}' (inputs: "
+                           f"{', '.join(f'{a.name} {a.shape}' for a in inputs.values())})")
+        try:
+            given[name] = tuple(int(d) for d in dims.lower().split("x") if d.strip())
+        except ValueError:
+            raise CLIError(f"--shape {spec}: dimensions must be integers, e.g. "
+                           f"{name}=1x3x224x224") from None
+        if any(d < 0 for d in given[name]):
+            raise CLIError(f"--shape {spec}: dimensions must not be negative")
+    shapes = {}
+    for name, a in inputs.items():
+        if name in given:
+            shapes[name] = given[name]
+        elif a.shape is not None and all(isinstance(d, int) for d in a.shape):
+            shapes[name] = tuple(a.shape)
+        else:
+            raise CLIError(f"input '{name}' has the shape {a.shape}, with symbolic or unknown "
+                           f"dimensions: give it with --shape {name}=" +
+                           "x".join(str(d) if isinstance(d, int) else "?" for d in
+                                    (a.shape or ["?"])))
+    # the same checks as run's, on arrays that are never filled
+    session._check_feeds({n: np.empty(s, _np_dtype(inputs[n].type)) for n, s in
+                          shapes.items()})
+    return shapes
+
+
+def _np_dtype(type_name: str):
+    import numpy as np
+
+    inner = type_name[len("tensor("):-1]
+    return np.dtype({"float": "float32", "double": "float64"}.get(inner, inner))
+
+
+def _compile(args) -> int:
+    t0 = time.perf_counter()
+    session = _session(args)
+    shapes = _parse_shapes(args.shape, session)
+    plan = session.plan(shapes)
+    total = time.perf_counter() - t0
+    show = args.show or ["groups"]
+    if "graph" in show:
+        print(session.graph)
+        print()
+    if "groups" in show:
+        print(session.report())
+    if "tc" in show:
+        for text in plan.texts.values():
+            print(text)
+    timings = dict(session.timings, **plan.timings)
+    detail = ", ".join(f"{k} {v:.2f} s" for k, v in timings.items())
+    print(f"compiled {args.model} for {_shapes_text(shapes)} in {total:.2f} s ({detail})")
+    return 0
+
+
+def _shapes_text(shapes: dict) -> str:
+    return ", ".join(f"{n}[{'x'.join(map(str, s))}]" for n, s in shapes.items())
+
+
+def _load_inputs(path: str, session) -> dict:
+    import numpy as np
+
+    names = [a.name for a in session.get_inputs()]
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as e:
+        raise CLIError(f"{path}: {e.strerror or 'cannot be read'}") from None
+    if not (magic.startswith(b"PK") or magic == b"\x93NUMPY"):
+        raise CLIError(f"{path}: not an .npz or .npy file (save inputs with numpy.savez or "
+                       "numpy.save)")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as e:  # noqa: BLE001 - not an npz/npy, or pickled objects
+        raise CLIError(f"{path}: not a readable .npz or .npy file ({e})") from None
+    if isinstance(data, np.ndarray):
+        if len(names) != 1:
+            raise CLIError(f"{path} holds one array, but the model has {len(names)} inputs "
+                           f"({', '.join(names)}): save them in an .npz, keyed by name")
+        return {names[0]: data}
+    with data:
+        return {k: data[k] for k in data.files}
+
+
+def _run(args) -> int:
+    import numpy as np
+
+    session = _session(args)
+    feed = _load_inputs(args.input, session)
+    t0 = time.perf_counter()
+    outs = session.run(None, feed)
+    seconds = time.perf_counter() - t0
+    names = [a.name for a in session.get_outputs()]
+    if args.output:
+        try:
+            np.savez(args.output, **dict(zip(names, outs)))
+        except OSError as e:
+            raise CLIError(f"{args.output}: cannot write ({e.strerror or e})") from None
+        print(f"wrote {len(outs)} output(s) to {args.output} ({seconds:.2f} s, compile "
+              "included)")
+        return 0
+    for name, a in zip(names, outs):
+        print(f"{name}: shape {list(a.shape)} {a.dtype.name}  {_summary(a)}")
+    return 0
+
+
+def _summary(a) -> str:
+    import numpy as np
+
+    if a.size == 0:
+        return "(empty)"
+    flat = a.reshape(-1)
+    first = np.array2string(flat[:6], precision=4, separator=", ", threshold=10)
+    more = f" ... ({a.size} values)" if a.size > 6 else ""
+    if a.dtype.kind in "biuf":
+        stats = a.astype(np.float64)
+        with np.errstate(all="ignore"):
+            return (f"mean {stats.mean():.6g}  min {stats.min():.6g}  max {stats.max():.6g}  "
+                    f"first {first}{more}")
+    return f"first {first}{more}"
 
 
 def _show(args) -> int:

@@ -116,6 +116,9 @@ class Session:
             return list(self.graph.outputs)
         if isinstance(names, str):
             names = [names]
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ModelError(f"output_names must be None or a list of output names, not "
+                             f"{names!r}", hint="outputs: " + ", ".join(self.graph.outputs))
         for n in names:
             if n not in self.graph.outputs:
                 raise ModelError(f"'{n}' is not an output of the model",
@@ -146,10 +149,16 @@ class Session:
                     raise ModelError(f"input '{v}': {type(feed[v]).__name__} is not an "
                                      "array") from None
             t = g.types[v]
+            if a.dtype != t.dtype and a.dtype.newbyteorder("=") == t.dtype:
+                a = a.astype(t.dtype)  # the other byte order: convert
+            if a.dtype == object:
+                raise ModelError(f"input '{v}' is not a numeric array (got "
+                                 f"{type(feed[v]).__name__}, which numpy holds as dtype "
+                                 f"object); the model wants {np.dtype(t.dtype).name}")
             if a.dtype != t.dtype:
                 raise ModelError(f"input '{v}' has dtype {a.dtype.name}; the model wants "
                                  f"{np.dtype(t.dtype).name}",
-                                 hint=f"pass x.astype(np.{np.dtype(t.dtype).name})")
+                                 hint=f"convert it with .astype(np.{np.dtype(t.dtype).name})")
             if t.shape is not None:
                 if a.ndim != len(t.shape):
                     raise ModelError(f"input '{v}' has shape {list(a.shape)}; the model wants "

@@ -126,6 +126,14 @@ def bind(g: Graph, shapes: dict) -> Bound:
     for v in g.outputs:
         if v not in refs:
             raise ModelError(f"graph output '{v}' is not computed by any node")
+    # drop nodes whose results only folded nodes read (Shape of an intermediate value)
+    live, keep = set(g.outputs), []
+    for n in reversed(nodes):
+        if any(o in live for o in n.outputs if o):
+            keep.append(n)
+            live.update(i for i in n.inputs if i)
+    nodes = keep[::-1]
+    lowered = {n.name: lowered[n.name] for n in nodes if n.name in lowered}
     types = {v: TensorType(r.dtype, r.shape) for v, r in refs.items()}
     return Bound(g.replace(nodes=tuple(nodes), constants=consts, types=types), refs,
                  lowered, views)

@@ -38,9 +38,12 @@ def load(model, where: str = "<model>") -> onnx.ModelProto:
                      f"not {type(model).__name__}")
 
 
-def _first_line(e) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+def _first_line(e, limit: int = 300) -> str:
+    """The exception's message on one line (onnx's checker spreads one over several)."""
+    text = " ".join(" ".join(str(e).split()).split(" ==> "))
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return text or type(e).__name__
 
 
 def opset_of(model: onnx.ModelProto) -> int:
@@ -136,6 +139,11 @@ def to_graph(model: onnx.ModelProto, where: str = "<model>") -> Graph:
         attrs = tuple(sorted((a.name, _attr(a)) for a in n.attribute))
         nodes.append(Node(n.op_type, name, tuple(n.input), tuple(n.output), attrs, n.domain))
     inputs = tuple(i.name for i in g.input if i.name not in constants)
+    for i in g.input:
+        if i.name in inputs and i.name not in types:
+            raise ModelError(f"{where}: input '{i.name}' has element type "
+                             f"{i.type.tensor_type.elem_type}, which is not a tensor type "
+                             "onnx knows")
     outputs = tuple(o.name for o in g.output)
     return Graph(g.name or "model", inputs, outputs, tuple(nodes), types, constants,
                  opset_of(model))

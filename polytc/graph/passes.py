@@ -37,7 +37,7 @@ def evaluate(node: Node, values: list, opset: int) -> list:
     """Run one node on numpy values with onnx's reference implementation."""
     from onnx.reference import ReferenceEvaluator
 
-    feeds = {n: v for n, v in zip(node.inputs, values) if n}
+    feeds = dict(zip([n for n in node.inputs if n], values))  # values: present inputs
     ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
            for n, v in feeds.items()]
     outs = [helper.make_empty_tensor_value_info(o) for o in node.outputs if o]
@@ -85,6 +85,13 @@ def fold_constants(g: Graph) -> Graph:
             vals = evaluate(n, [consts[i] for i in n.inputs if i], g.opset)
             for o, v in zip([o for o in n.outputs if o], vals):
                 consts[o] = v
+        elif n.op == "CastLike" and n.inputs[0] in consts and \
+                g.type_of(n.inputs[1]) is not None:
+            # CastLike reads only the type of its second input: a Cast of a constant
+            to = helper.np_dtype_to_tensor_dtype(g.type_of(n.inputs[1]).dtype)
+            cast = Node("Cast", n.name, n.inputs[:1], n.outputs,
+                        tuple(sorted(n.attrs + (("to", int(to)),))))
+            consts[n.outputs[0]] = evaluate(cast, [consts[n.inputs[0]]], g.opset)[0]
         else:
             nodes.append(n)
     return g.replace(nodes=tuple(nodes), constants=consts)

@@ -17,7 +17,7 @@ import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import config
-from ..diagnostics import InternalError, PolytcError
+from ..diagnostics import InternalError, ModelError, PolytcError
 from ..graph.bind import bind
 from ..graph.group import Group, View, form_groups
 from .memory import aligned_copy, aligned_empty
@@ -59,8 +59,14 @@ class Plan:
             program = inline_temporaries(program)
             kernel = Kernel(program, options)
             refs = self.bound.refs
-            return kernel.specialize(*[np.empty(refs[v].shape, refs[v].dtype)
-                                       for v in group.inputs])
+            try:  # arrays only for their shapes: zero strides, no memory
+                args = [np.lib.stride_tricks.as_strided(np.zeros((), refs[v].dtype),
+                                                        refs[v].shape, (0,) * refs[v].rank)
+                        for v in group.inputs]
+            except (MemoryError, ValueError) as e:
+                raise ModelError(f"the inputs of {group.nodes[0].label} are too large "
+                                 f"({e})") from None
+            return kernel._specialize(args)  # shapes only: no copies
         except PolytcError as e:
             nodes = ", ".join(n.label for n in group.nodes)
             raise InternalError(f"compiling the group of {nodes} failed: {e.message}\n"
