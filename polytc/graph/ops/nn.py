@@ -1,5 +1,482 @@
-"""Contractions and neural-network ops: MatMul, Gemm, Einsum, Conv, pooling,
-normalisations, Softmax, reductions."""
+"""Contractions and neural-network ops: MatMul, Gemm, Einsum, Conv and pooling.
+Reductions, Softmax and the normalisations are in ``reduce.py``.
+
+A contraction is one ``+=!`` statement whose right-hand side is the plain product of the
+operands (``Y(m, n) +=! A(m, k) * B(k, n)``): the tiler recognises that form and
+register-tiles it.  Scaling and bias follow in separate statements.
+"""
 from __future__ import annotations
 
-from . import op  # noqa: F401
+import numpy as np
+
+from . import broadcast_shapes, idx, literal, op
+
+
+def _float_only(ctx, *refs):
+    for r in refs:
+        if r is not None and r.dtype.kind != "f":
+            ctx.fail(f"{ctx.node.op} of {r.dtype.name} is not supported", unsupported=True)
+
+
+def _numeric(ctx, *refs):
+    for r in refs:
+        if r is not None and r.dtype.kind not in "fiu":
+            ctx.fail(f"{ctx.node.op} of {r.dtype.name} is not supported", unsupported=True)
+
+
+def _scaled(term: str, k: int) -> str:
+    """``term * k`` as short text (``term`` alone when ``k`` is 1)."""
+    return term if k == 1 else f"{term} * {k}"
+
+
+# --- contractions ----------------------------------------------------------------------------
+#: transpose an operand whose rows do not run along the result's rows when at least this
+#: many result rows reuse it (Gemm transB 1000x512: the copy costs more than it saves at
+#: 32 rows, breaks even at 64, halves the time at 256)
+TRANSPOSE_REUSE = 64
+
+
+def _contract(ctx, y, lhs, operands, ranges):
+    """``y(lhs) +=! A(..) * B(..) ...`` for ``operands`` [(ref, subscripts)]: the plain
+    product the tiler register-tiles.  An operand that holds the result's last
+    (unit-stride) index but not as its own last subscript (B in ``A(m, k) * B(n, k)``)
+    is first copied so that the index is last, when enough result rows reuse it."""
+    j = lhs[-1] if lhs and y.shape[-1] > 1 else None
+    reads = []
+    for ref, subs in operands:
+        subs = list(subs)
+        rows = int(np.prod([d for v, d in zip(lhs, y.shape) if v not in subs],
+                           dtype=np.int64))
+        if j is not None and ref.scalar is None and subs.count(j) == 1 and subs[-1] != j \
+                and rows >= TRANSPOSE_REUSE:
+            perm = [d for d in range(ref.rank) if subs[d] != j] + [subs.index(j)]
+            t = ctx.temp([ref.shape[d] for d in perm], ref.dtype)
+            ti = idx(ref.rank, "i")
+            src = [None] * ref.rank
+            for k, d in enumerate(perm):
+                src[d] = ti[k]
+            ctx.emit(t, ti, ref(*src))
+            ref, subs = t, [subs[d] for d in perm]
+        reads.append(ref(*subs))
+    ctx.emit(y, lhs, " * ".join(reads), "+=!" if ranges else "=", ranges)
+
+
+@op("MatMul")
+def _matmul(ctx):
+    a, b = ctx.input(0), ctx.input(1)
+    _numeric(ctx, a, b)
+    if a.dtype != b.dtype:
+        ctx.fail(f"inputs have different types ({a.dtype.name}, {b.dtype.name})")
+    if a.rank == 0 or b.rank == 0:
+        ctx.fail("MatMul does not take scalars")
+    # numpy: a 1-D A is a row (1, K), a 1-D B a column (K, 1); the unit dim is dropped
+    sa = a.shape if a.rank > 1 else (1,) + a.shape
+    sb = b.shape if b.rank > 1 else b.shape + (1,)
+    if sa[-1] != sb[-2]:
+        ctx.fail(f"cannot multiply {list(a.shape)} by {list(b.shape)}: "
+                 f"{sa[-1]} != {sb[-2]}")
+    batch = broadcast_shapes(ctx.node, sa[:-2], sb[:-2])
+    nb = len(batch)
+    shape = batch + ((sa[-2],) if a.rank > 1 else ()) + ((sb[-1],) if b.rank > 1 else ())
+    y = ctx.out(0, shape, a.dtype)
+    i = idx(len(shape))
+    bi = i[:nb]
+    m = i[nb] if a.rank > 1 else None
+    n = i[-1] if b.rank > 1 else None
+    ra = [m, "r0"] if a.rank > 1 else ["r0"]
+    rb = ["r0", n] if b.rank > 1 else ["r0"]
+    ra = _batch_read(a, bi, ra)
+    rb = _batch_read(b, bi, rb)
+    ctx.result.kind = "contraction"
+    _contract(ctx, y, i, [(a, ra), (b, rb)], {"r0": (0, sa[-1])})
+
+
+def _batch_read(ref, batch_idx, tail):
+    """Subscripts of ``ref``: its batch dimensions broadcast against ``batch_idx``
+    (right-aligned), then ``tail``."""
+    nb = ref.rank - len(tail)
+    lead = batch_idx[len(batch_idx) - nb:] if nb else []
+    lead = [0 if d == 1 else v for v, d in zip(lead, ref.shape[:nb])]
+    return lead + list(tail)
+
+
+@op("Gemm")
+def _gemm(ctx):
+    a, b, c = ctx.input(0), ctx.input(1), ctx.input(2, required=False)
+    _numeric(ctx, a, b, c)
+    if a.rank != 2 or b.rank != 2:
+        ctx.fail(f"Gemm takes 2-D A and B, not {list(a.shape)} and {list(b.shape)}")
+    ta, tb = ctx.attr("transA", 0), ctx.attr("transB", 0)
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    M, K = (a.shape[1], a.shape[0]) if ta else a.shape
+    K2, N = (b.shape[1], b.shape[0]) if tb else b.shape
+    if K != K2:
+        ctx.fail(f"inner dimensions differ: {K} != {K2}")
+    if a.dtype.kind != "f" and (alpha != 1.0 or (c is not None and beta != 1.0)):
+        ctx.fail(f"Gemm of {a.dtype.name} with alpha or beta other than 1",
+                 unsupported=True)
+    y = ctx.out(0, (M, N), a.dtype)
+    ctx.result.kind = "contraction"
+    ra = ("r0", "i0") if ta else ("i0", "r0")
+    rb = ("i1", "r0") if tb else ("r0", "i1")
+    _contract(ctx, y, ["i0", "i1"], [(a, ra), (b, rb)], {"r0": (0, K)})
+    if c is not None:
+        broadcast_shapes(ctx.node, (M, N), c.shape)
+    use_c = c is not None and beta != 0.0
+    if alpha == 1.0 and not use_c:
+        return
+    rhs = y("i0", "i1")
+    if alpha != 1.0:
+        rhs = f"{literal(alpha, y.dtype)} * {rhs}"
+    if use_c:
+        cc = c.bcast(["i0", "i1"])
+        rhs += f" + {cc}" if beta == 1.0 else f" + {literal(beta, y.dtype)} * {cc}"
+    ctx.emit(y, ["i0", "i1"], rhs)
+
+
+# --- Einsum ---------------------------------------------------------------------------------
+def _einsum_terms(ctx, equation, refs):
+    """Each operand's labels (letters, or ``("...", k)`` for the ``k``-th broadcast
+    dimension), the output's labels and the number of broadcast dimensions."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(refs):
+        ctx.fail(f"equation '{equation}' has {len(terms)} operand(s) for {len(refs)} inputs")
+
+    def labels(term, rank):
+        if term.count("...") > 1 or any(ch not in "." and not ch.isalpha() for ch in term):
+            ctx.fail(f"cannot parse the einsum term '{term}' of '{equation}'")
+        pre, ell, post = term.partition("...")
+        if "." in pre + post:
+            ctx.fail(f"cannot parse the einsum term '{term}' of '{equation}'")
+        n_ell = rank - len(pre) - len(post) if ell else 0
+        if n_ell < 0 or (not ell and len(pre) != rank):
+            ctx.fail(f"einsum term '{term}' does not match an input of rank {rank}")
+        return list(pre), n_ell, list(post)
+
+    parsed = [labels(t, r.rank) for t, r in zip(terms, refs)]
+    n_ell = max([p[1] for p in parsed] + [0])
+    ins = [pre + [("...", n_ell - k + j) for j in range(k)] + post for pre, k, post in parsed]
+    if arrow:
+        pre, ell, post = rhs.partition("...")
+        if any(not ch.isalpha() for ch in pre + post):
+            ctx.fail(f"cannot parse the einsum output '{rhs}' of '{equation}'")
+        out = list(pre) + ([("...", j) for j in range(n_ell)] if ell else []) + list(post)
+        if not ell and n_ell:
+            ctx.fail(f"einsum '{equation}': the output needs '...' for the broadcast "
+                     "dimensions (as numpy says)")
+    else:
+        letters = [ch for t in ins for ch in t if isinstance(ch, str)]
+        out = [("...", j) for j in range(n_ell)] + sorted(
+            ch for ch in set(letters) if letters.count(ch) == 1)
+    if len(set(out)) != len(out):
+        ctx.fail(f"einsum '{equation}': an output label appears twice")
+    return ins, out
+
+
+@op("Einsum")
+def _einsum(ctx):
+    equation = ctx.attr("equation")
+    if isinstance(equation, bytes):
+        equation = equation.decode()
+    refs = [ctx.input(k) for k in range(len(ctx.inputs))]
+    _numeric(ctx, *refs)
+    if len({r.dtype for r in refs}) != 1:
+        ctx.fail("inputs have different types")
+    ins, out = _einsum_terms(ctx, equation, refs)
+    size: dict = {}
+    for labs, r in zip(ins, refs):
+        for lab, d in zip(labs, r.shape):
+            if size.get(lab, 1) == 1:
+                size[lab] = d
+            elif d not in (1, size[lab]):
+                ctx.fail(f"einsum '{equation}': label {lab if isinstance(lab, str) else '...'}"
+                         f" has sizes {size[lab]} and {d}")
+    for lab in out:
+        if lab not in size:
+            ctx.fail(f"einsum '{equation}': output label '{lab}' is not in any input")
+    name = {lab: f"i{k}" for k, lab in enumerate(out)}
+    red = [lab for lab in dict.fromkeys(lab for labs in ins for lab in labs) if lab not in name]
+    name.update({lab: f"r{k}" for k, lab in enumerate(red)})
+    y = ctx.out(0, [size[lab] for lab in out], refs[0].dtype)
+    subs = [[0 if d == 1 and size[lab] != 1 else name[lab] for lab, d in zip(labs, r.shape)]
+            for labs, r in zip(ins, refs)]
+    ranges = {name[lab]: (0, size[lab]) for lab in red}
+    if red:
+        ctx.result.kind = "contraction" if len(refs) > 1 else "reduction"
+    _contract(ctx, y, [name[lab] for lab in out], list(zip(refs, subs)), ranges)
+
+
+# --- windows: Conv and pooling ------------------------------------------------------------
+def _window(ctx, spatial, kernel, ceil_mode=False):
+    """Strides, dilations, begin pads and output sizes of a sliding window over the
+    spatial dimensions ``spatial`` (``auto_pad``, ``pads``, ``ceil_mode`` as ONNX says)."""
+    nd = len(spatial)
+    strides = list(ctx.attr("strides", None) or [1] * nd)
+    dil = list(ctx.attr("dilations", None) or [1] * nd)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    if len(strides) != nd or len(dil) != nd or len(kernel) != nd:
+        ctx.fail(f"strides {strides}, dilations {dil} or kernel {list(kernel)} do not "
+                 f"match {nd} spatial dimension(s)")
+    if any(s < 1 for s in strides) or any(d < 1 for d in dil):
+        ctx.fail("strides and dilations must be positive")
+    span = [d * (k - 1) + 1 for d, k in zip(dil, kernel)]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-n // s) for n, s in zip(spatial, strides)]
+        total = [max(0, (o - 1) * s + w - n) for o, s, w, n in zip(out, strides, span, spatial)]
+        begin = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        return strides, dil, begin, out
+    if auto == "VALID":
+        pads = [0] * (2 * nd)
+    elif auto in ("NOTSET", ""):
+        pads = list(ctx.attr("pads", None) or [0] * (2 * nd))
+    else:
+        ctx.fail(f"unknown auto_pad '{auto}'")
+    if len(pads) != 2 * nd:
+        ctx.fail(f"pads {pads} do not match {nd} spatial dimension(s)")
+    if any(p < 0 for p in pads):
+        ctx.fail(f"negative pads {pads} are not supported", unsupported=True)
+    begin, end = pads[:nd], pads[nd:]
+    out = []
+    for n, b, e, w, s in zip(spatial, begin, end, span, strides):
+        room = n + b + e - w
+        o = (-(-room // s) if ceil_mode else room // s) + 1
+        if ceil_mode and (o - 1) * s >= n + b:  # the last window must start inside
+            o -= 1
+        out.append(o)
+    return strides, dil, begin, out
+
+
+def _positions(strides, dil, begin, nd, first=2):
+    """Input positions read by output index ``i{first+d}`` and kernel index ``k{d}``."""
+    pos = []
+    for d in range(nd):
+        t = _scaled(f"i{first + d}", strides[d]) + " + " + _scaled(f"k{d}", dil[d])
+        pos.append(f"{t} - {begin[d]}" if begin[d] else t)
+    return pos
+
+
+def _inside(pos, lo, hi, lo_needed=True, hi_needed=True) -> list:
+    out = []
+    if lo_needed:
+        out.append(f"{pos} >= {lo}")
+    if hi_needed:
+        out.append(f"{pos} < {hi}")
+    return out
+
+
+def _padded(ctx, x, geo, fill):
+    """The input of a sliding window and the begin pads to read it with: ``x`` itself
+    when no window leaves it, else a copy padded with ``fill`` to the extent the windows
+    need (so the window statement reads without guards, and vectorises)."""
+    kernel, strides, dil, begin, out = geo
+    nd = x.rank - 2
+    need = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, strides, dil, kernel)]
+    if not any(begin) and all(n <= e for n, e in zip(need, x.shape[2:])):
+        return x, begin
+    p = ctx.temp((*x.shape[:2], *need), x.dtype)
+    pi = idx(x.rank)
+    cond = []
+    for d in range(nd):
+        end = begin[d] + x.shape[d + 2]
+        cond += _inside(pi[d + 2], begin[d], end, begin[d] > 0, need[d] > end)
+    read = x(*pi[:2], *[f"{v} - {o}" if o else v for v, o in zip(pi[2:], begin)])
+    ctx.emit(p, pi, f"({' && '.join(cond)}) ? {read} : {literal(fill, x.dtype)}"
+             if cond else read)
+    return p, [0] * nd
+
+
+@op("Conv")
+def _conv(ctx):
+    x, w, b = ctx.input(0), ctx.input(1), ctx.input(2, required=False)
+    _float_only(ctx, x, w, b)
+    if x.rank < 3 or w.rank != x.rank:
+        ctx.fail(f"input {list(x.shape)} and weights {list(w.shape)} do not make a "
+                 "convolution")
+    nd = x.rank - 2
+    N, C = x.shape[:2]
+    M, Cg = w.shape[:2]
+    kernel = list(w.shape[2:])
+    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
+        ctx.fail(f"kernel_shape {list(ctx.attr('kernel_shape'))} differs from the weights' "
+                 f"{kernel}")
+    group = ctx.attr("group", 1)
+    if group < 1 or C != Cg * group or M % group:
+        ctx.fail(f"{C} input channels, {M} filters of {Cg} channels do not make "
+                 f"{group} group(s)")
+    Mg = M // group
+    if b is not None and b.shape != (M,):
+        ctx.fail(f"bias of shape {list(b.shape)} for {M} filters")
+    strides, dil, begin, out = _window(ctx, x.shape[2:], kernel)
+    y = ctx.out(0, (N, M, *out), x.dtype)
+    ctx.result.kind = "contraction"
+    if y.size == 0:
+        return
+    src, offset = _padded(ctx, x, (kernel, strides, dil, begin, out), 0)
+    # Y(n, m, o..) +=! P(n, channel, o * s + k * d ..) * W(m, c, k..)
+    i = idx(y.rank)
+    if group == 1:
+        chan = "r0"
+    elif Cg == 1:
+        chan = i[1] if Mg == 1 else f"{i[1]} / {Mg}"
+    else:
+        chan = f"({i[1]} / {Mg}) * {Cg} + r0"
+    pos = _positions(strides, dil, offset, nd)
+    ranges = {"r0": (0, Cg)} if Cg != 1 else {}
+    ranges.update({f"k{d}": (0, kernel[d]) for d in range(nd)})
+    wread = w(i[1], "r0" if Cg != 1 else 0, *[f"k{d}" for d in range(nd)])
+    ctx.emit(y, i, f"{src(i[0], chan, *pos)} * {wread}", "+=!", ranges)
+    if b is not None:
+        ctx.emit(y, i, f"{y(*i)} + {b(i[1])}")
+
+
+# --- pooling --------------------------------------------------------------------------------
+def _pool_setup(ctx):
+    """Output, indices, kernel ranges and window geometry of a pooling node.  (The
+    global pools are reductions, in ``reduce.py``.)"""
+    x = ctx.input(0)
+    if x.rank < 3:
+        ctx.fail(f"pooling takes (N, C, spatial...) input, not {list(x.shape)}")
+    nd = x.rank - 2
+    kernel = ctx.attr("kernel_shape")
+    if kernel is None:
+        ctx.fail("kernel_shape is required")
+    kernel = list(kernel)
+    strides, dil, begin, out = _window(ctx, x.shape[2:], kernel,
+                                       bool(ctx.attr("ceil_mode", 0)))
+    y = ctx.out(0, (*x.shape[:2], *out), x.dtype)
+    ctx.result.kind = "reduction"
+    ranges = {f"k{d}": (0, kernel[d]) for d in range(nd)}
+    return x, y, idx(y.rank), ranges, (kernel, strides, dil, begin, out)
+
+
+def _window_read(ctx, x, i, geo, fill):
+    """The read of window element k.. of output i..: from a padded copy when the stride
+    is 1 (a copy feeding a strided window makes isl's scheduler take minutes), else
+    from X under a guard (``fill`` outside it)."""
+    kernel, strides, dil, begin, out = geo
+    nd = x.rank - 2
+    if all(s == 1 for s in strides):
+        src, offset = _padded(ctx, x, geo, fill)
+        return src(i[0], i[1], *_positions(strides, dil, offset, nd))
+    pos = _positions(strides, dil, begin, nd)
+    read = x(i[0], i[1], *pos)
+    guard = _guard(x, geo, pos)
+    return f"(({' && '.join(guard)}) ? {read} : {literal(fill, x.dtype)})" if guard else read
+
+
+def _guard(x, geo, pos) -> list:
+    """The conditions under which window positions ``pos`` are inside X."""
+    kernel, strides, dil, begin, out = geo
+    guard = []
+    for d in range(x.rank - 2):
+        n = x.shape[d + 2]
+        last = (out[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) - begin[d]
+        guard += _inside(pos[d], 0, n, begin[d] > 0, last >= n)
+    return guard
+
+
+@op("MaxPool")
+def _maxpool(ctx):
+    _numeric(ctx, ctx.input(0))
+    x, y, i, ranges, geo = _pool_setup(ctx)
+    if y.size == 0:
+        return
+    lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    ctx.emit(y, i, _window_read(ctx, x, i, geo, lowest), "max=!", ranges)
+    if ctx.wants(1):
+        _argmax_indices(ctx, x, y, i, ranges, geo)
+
+
+def _argmax_indices(ctx, x, y, i, ranges, geo):
+    """MaxPool's Indices: the flat index in X of each window's first maximum."""
+    kernel, strides, dil, begin, out = geo
+    nd = x.rank - 2
+    spatial = x.shape[2:]
+    pos = _positions(strides, dil, begin, nd)
+    guard = _guard(x, geo, pos)  # reads of X itself, guarded where a window leaves it
+    ind = ctx.out(1, y.shape, np.int64)
+    plane = int(np.prod(spatial, dtype=np.int64))
+    flat = f"int64({i[0]}) * {plane * x.shape[1]} + int64({i[1]}) * {plane}"
+    # the row-major offset inside one (n, c) plane
+    inner, stride = [], 1
+    for d in reversed(range(nd)):
+        inner.append(f"int64({pos[d]}) * {stride}" if stride != 1 else f"int64({pos[d]})")
+        stride *= spatial[d]
+    off = " + ".join(reversed(inner))
+    cond = " && ".join(guard + [f"{x(i[0], i[1], *pos)} == {y(*i)}"])
+    ctx.emit(ind, i, f"(({cond}) ? {off} : {literal(plane, np.int64)})", "min=!", ranges)
+    if ctx.attr("storage_order", 0):  # column-major offsets: recompute from the row-major
+        coords, rest = [], ind(*i)
+        for d in reversed(range(nd)):
+            coords.append(f"(({rest}) % {spatial[d]})")
+            rest = f"({rest}) / {spatial[d]}"
+        coords.reverse()  # coords[d]: the coordinate along spatial dim d
+        terms, stride = [], 1
+        for d in range(nd):
+            terms.append(f"{coords[d]} * {stride}")
+            stride *= spatial[d]
+        ctx.emit(ind, i, f"{flat} + {' + '.join(terms)}")
+    else:
+        ctx.emit(ind, i, f"{flat} + {ind(*i)}")
+
+
+@op("AveragePool", "LpPool")
+def _avgpool(ctx):
+    _float_only(ctx, ctx.input(0))
+    x, y, i, ranges, geo = _pool_setup(ctx)
+    if y.size == 0:
+        return
+    kernel, strides, dil, begin, out = geo
+    read = _window_read(ctx, x, i, geo, 0)
+    if ctx.node.op == "LpPool":
+        p = int(ctx.attr("p", 2))
+        term = {1: f"fabs({read})", 2: f"{read} * {read}"}.get(
+            p, f"pow(fabs({read}), {literal(p, x.dtype)})")
+        ctx.emit(y, i, term, "+=!", ranges)
+        if p != 1:
+            root = f"sqrt({y(*i)})" if p == 2 else \
+                f"pow({y(*i)}, {literal(1.0 / p, x.dtype)})"
+            ctx.emit(y, i, root)
+        return
+    ctx.emit(y, i, read, "+=!", ranges)
+    # the divisor: the number of window positions inside X (count_include_pad: inside
+    # the padded X), which varies with the position where windows leave it
+    nd = x.rank - 2
+    inc = bool(ctx.attr("count_include_pad", 0))
+    pos = _positions(strides, dil, begin, nd)
+    count = []
+    for d in range(nd):
+        n = x.shape[d + 2]
+        lo, hi = (-begin[d], n + _end_pad(ctx, d, nd, n, geo)) if inc else (0, n)
+        last = (out[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) - begin[d]
+        count += _inside(pos[d], lo, hi, -begin[d] < lo, last >= hi)
+    if not count:
+        ctx.emit(y, i, f"{y(*i)} / {literal(int(np.prod(kernel)), x.dtype)}")
+        return
+    cnt = ctx.temp(out, x.dtype)
+    ci = i[2:]
+    one, zero = literal(1, x.dtype), literal(0, x.dtype)
+    ctx.emit(cnt, ci, f"(({' && '.join(count)}) ? {one} : {zero})", "+=!", ranges)
+    ctx.emit(y, i, f"{y(*i)} / {cnt(*ci)}")
+
+
+def _end_pad(ctx, d, nd, n, geo):
+    """The end pad of spatial dimension ``d`` (auto_pad included)."""
+    kernel, strides, dil, begin, out = geo
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = max(0, (out[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) + 1 - n)
+        return total - begin[d]
+    if auto == "VALID":
+        return 0
+    pads = list(ctx.attr("pads", None) or [0] * (2 * nd))
+    return pads[nd + d]
+
+
+from . import reduce  # noqa: E402,F401  (registers the reductions and normalisations)

@@ -1,0 +1,326 @@
+"""The lowerings of ``polytc/graph/ops/nn.py`` and ``reduce.py`` (contractions,
+convolution, pooling, reductions, softmax, normalisations), one node at a time, against
+onnxruntime (or onnx's reference evaluator when onnxruntime is not installed), for
+configurations ONNX's own node tests do not cover: groups, dilations, 3-D windows,
+broadcasting, constant parameters, keepdims, empty axes, integer types."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from polytc.diagnostics import UnsupportedError
+
+try:
+    import onnxruntime
+except ImportError:
+    onnxruntime = None
+
+OPSET = 18
+
+
+def _model(op, inputs, attrs, consts=None, n_out=1, opset=OPSET):
+    """One node: ``inputs`` is a list of arrays (None for an absent optional input);
+    ``consts`` maps input positions to make initialisers."""
+    consts = consts or {}
+    names, vis, inits, feeds = [], [], [], {}
+    for k, x in enumerate(inputs):
+        if x is None:
+            names.append("")
+            continue
+        name = f"x{k}"
+        names.append(name)
+        if k in consts:
+            inits.append(numpy_helper.from_array(np.asarray(x), name))
+        else:
+            vis.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape))
+            feeds[name] = x
+    outs = [f"y{k}" for k in range(n_out)]
+    node = helper.make_node(op, names, outs, **attrs)
+    graph = helper.make_graph([node], "t", vis,
+                              [helper.make_empty_tensor_value_info(o) for o in outs],
+                              initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m = onnx.shape_inference.infer_shapes(m)
+    for o in m.graph.output:  # shape inference does not know every op (GroupNormalization)
+        if not o.type.HasField("tensor_type"):
+            o.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(inputs[0].dtype)
+            o.type.tensor_type.shape.dim.extend(
+                [onnx.TensorShapeProto.Dimension(dim_value=d) for d in inputs[0].shape])
+    return m, feeds
+
+
+def _reference(m, feeds, ort=True):
+    if onnxruntime is not None and ort:
+        so = onnxruntime.SessionOptions()
+        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        s = onnxruntime.InferenceSession(m.SerializeToString(), so,
+                                         providers=["CPUExecutionProvider"])
+        return s.run(None, feeds)
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(m).run(None, feeds)
+
+
+def check(op, inputs, consts=None, n_out=1, rtol=1e-4, atol=1e-5, opset=OPSET, ort=True,
+          **attrs):
+    """polytc against onnxruntime (``ort=False``: onnx's reference evaluator)."""
+    from polytc import onnx as ponnx
+
+    m, feeds = _model(op, inputs, attrs, consts, n_out, opset)
+    want = _reference(m, feeds, ort)
+    got = ponnx.compile(m).run(None, feeds)
+    for w, g in zip(want, got):
+        w = np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        scale = max(1.0, float(np.max(np.abs(w)))) if w.size and w.dtype.kind == "f" else 1
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
+
+
+def rnd(*shape, dtype=np.float32, seed=0):
+    r = np.random.default_rng(seed + sum(shape))
+    if np.dtype(dtype).kind in "iu":
+        return r.integers(-5 if np.dtype(dtype).kind == "i" else 0, 9, shape).astype(dtype)
+    return r.standard_normal(shape).astype(dtype)
+
+
+# --- contractions ---------------------------------------------------------------------------
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)),
+                                   ((4,), (4,)), ((2, 1, 3, 4), (5, 4, 6)),
+                                   ((1, 3, 4), (2, 4, 5)), ((3, 0), (0, 5)),
+                                   ((5,), (2, 3, 5, 4))])
+def test_matmul(sa, sb):
+    check("MatMul", [rnd(*sa), rnd(*sb)])
+
+
+def test_matmul_int_and_double():
+    check("MatMul", [rnd(3, 4, dtype=np.int32), rnd(4, 5, dtype=np.int32)])
+    check("MatMul", [rnd(3, 4, dtype=np.float64), rnd(4, 5, dtype=np.float64)], consts={1: 1})
+
+
+@pytest.mark.parametrize("ta,tb,alpha,beta,cshape", [
+    (0, 0, 1.0, 1.0, None), (1, 0, 0.5, 1.0, (5,)), (0, 1, 1.0, 2.0, (3, 1)),
+    (1, 1, -1.5, 0.25, (3, 5)), (0, 0, 1.0, 0.0, (1,)), (0, 1, 2.0, 1.0, ())])
+def test_gemm(ta, tb, alpha, beta, cshape):
+    a = rnd(*((4, 3) if ta else (3, 4)))
+    b = rnd(*((5, 4) if tb else (4, 5)))
+    ins = [a, b] + ([rnd(*cshape)] if cshape is not None else [])
+    check("Gemm", ins, consts={1: 1}, transA=ta, transB=tb, alpha=alpha, beta=beta)
+
+
+def test_transposed_operands():  # enough reuse that B is copied into B^T first
+    check("Gemm", [rnd(70, 16), rnd(24, 16), rnd(24)], consts={1: 1, 2: 1}, transB=1)
+    check("MatMul", [rnd(2, 70, 8), rnd(1, 8, 24)])
+    check("Einsum", [rnd(2, 70, 8), rnd(2, 24, 8)], equation="bqd,bkd->bqk")
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("...ij,...jk->...ik", [(2, 1, 3, 4), (1, 5, 4, 6)]),
+    ("ii->i", [(4, 4)]), ("ii", [(4, 4)]), ("i,i", [(5,), (5,)]), ("i,j->ij", [(3,), (4,)]),
+    ("ijk->kji", [(2, 3, 4)]), ("ij->", [(3, 4)]),
+    ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("...i,...i->...", [(2, 3, 4), (2, 3, 4)]),
+    ("Ab,bC", [(2, 3), (3, 4)])])
+def test_einsum(eq, shapes):
+    # onnxruntime rejects '...' of different ranks and upper-case labels
+    check("Einsum", [rnd(*s, seed=k) for k, s in enumerate(shapes)], equation=eq,
+          ort=eq.islower() and "...ij" not in eq)
+
+
+# --- convolution ----------------------------------------------------------------------------
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 3, 9, 9), (4, 3, 3, 3), {}),
+    ((2, 3, 9, 8), (4, 3, 3, 2), {"pads": [1, 0, 2, 1], "strides": [2, 1]}),
+    ((1, 4, 10, 10), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    ((1, 4, 10, 10), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((1, 4, 10, 10), (8, 1, 3, 3), {"group": 4, "dilations": [2, 2]}),
+    ((1, 2, 11, 11), (3, 2, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 2, 11, 11), (3, 2, 4, 4), {"auto_pad": "SAME_LOWER", "strides": [2, 3]}),
+    ((1, 2, 11, 11), (3, 2, 3, 3), {"auto_pad": "VALID", "strides": [2, 2]}),
+    ((2, 3, 12), (5, 3, 3), {"pads": [2, 1], "dilations": [2]}),
+    ((1, 2, 5, 6, 7), (3, 2, 3, 3, 3), {"pads": [1, 1, 1, 0, 1, 2], "strides": [1, 2, 2]}),
+    ((1, 8, 7, 7), (8, 2, 1, 1), {"group": 4}),
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv(xs, ws, attrs, bias):
+    ins = [rnd(*xs), rnd(*ws)] + ([rnd(ws[0])] if bias else [])
+    check("Conv", ins, consts={1: 1, 2: 1}, **attrs)
+
+
+def test_conv_non_constant_weights():
+    check("Conv", [rnd(1, 3, 6, 6), rnd(2, 3, 3, 3), rnd(2)], pads=[1, 1, 1, 1])
+
+
+# --- pooling --------------------------------------------------------------------------------
+_POOLS = [
+    ((1, 2, 9, 9), {"kernel_shape": [3, 3]}),
+    ((1, 2, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 2, 10, 9), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 2, 10, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
+                     "ceil_mode": 1}),
+    ((1, 2, 9, 9), {"kernel_shape": [2, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 2, 9, 9), {"kernel_shape": [3, 3], "auto_pad": "SAME_LOWER"}),
+    ((2, 3, 11), {"kernel_shape": [3], "strides": [2], "pads": [1, 2]}),
+    ((1, 1, 5, 6, 7), {"kernel_shape": [2, 2, 3], "strides": [1, 2, 2],
+                       "pads": [0, 1, 1, 1, 0, 1]}),
+]
+
+
+@pytest.mark.parametrize("xs,attrs", _POOLS + [
+    ((1, 2, 9, 9), {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [1, 1, 1, 1]})])
+def test_maxpool(xs, attrs):
+    check("MaxPool", [rnd(*xs)], **attrs)
+
+
+@pytest.mark.parametrize("xs,attrs", _POOLS)
+@pytest.mark.parametrize("include", [0, 1])
+def test_averagepool(xs, attrs, include):
+    check("AveragePool", [rnd(*xs)], count_include_pad=include, **attrs)
+
+
+@pytest.mark.parametrize("xs,attrs", _POOLS[:3])
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lppool(xs, attrs, p):
+    check("LpPool", [rnd(*xs)], p=p, **attrs)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_maxpool_indices(order):
+    check("MaxPool", [rnd(2, 3, 7, 6)], n_out=2, kernel_shape=[3, 2], strides=[2, 2],
+          pads=[1, 0, 1, 1], storage_order=order)
+
+
+def test_maxpool_int8_and_global():
+    check("MaxPool", [rnd(1, 2, 6, 6, dtype=np.int8)], kernel_shape=[2, 2], pads=[1, 1, 1, 1])
+    check("GlobalMaxPool", [rnd(2, 3, 4, 5)])
+    check("GlobalAveragePool", [rnd(2, 3, 4, 5, 2)])
+    check("GlobalAveragePool", [rnd(2, 3, 7)])
+    check("GlobalLpPool", [rnd(2, 3, 4, 5)], p=3)
+
+
+# --- reductions -----------------------------------------------------------------------------
+_REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
+
+
+@pytest.mark.parametrize("op", _REDUCE)
+@pytest.mark.parametrize("axes,keep", [([1], 1), ([0, 2], 0), ([-1], 1), (None, 0),
+                                       (None, 1)])
+def test_reduce(op, axes, keep):
+    x = rnd(3, 4, 5)
+    if op in ("ReduceLogSum", "ReduceProd"):
+        x = np.abs(x) + 0.5
+    ins = [x] + ([np.array(axes, np.int64)] if axes is not None else [])
+    check(op, ins, consts={1: 1}, keepdims=keep)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceSum"])
+def test_reduce_attribute_axes(op):  # opset 13: axes is an attribute (but ReduceSum's)
+    if op == "ReduceSum":
+        check(op, [rnd(3, 4, 5), np.array([1], np.int64)], consts={1: 1}, opset=13)
+    else:
+        check(op, [rnd(3, 4, 5)], axes=[0, 2], keepdims=0, opset=13)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                                "ReduceL1", "ReduceSumSquare", "ReduceMean"])
+def test_reduce_int(op):
+    check(op, [rnd(3, 4, 5, dtype=np.int64), np.array([1], np.int64)], consts={1: 1})
+    check(op, [rnd(3, 4, dtype=np.int32), np.array([0], np.int64)], consts={1: 1},
+          keepdims=0)
+
+
+def test_reduce_noop():
+    check("ReduceSum", [rnd(3, 4), np.array([], np.int64)], consts={1: 1},
+          noop_with_empty_axes=1)
+
+
+def test_reduce_logsumexp_large():
+    x = rnd(3, 4) * 100
+    check("ReduceLogSumExp", [x, np.array([1], np.int64)], consts={1: 1})
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis,keep,last", [(0, 1, 0), (1, 0, 1), (-1, 1, 1), (2, 0, 0)])
+def test_argminmax(op, axis, keep, last):
+    x = rnd(3, 4, 5, dtype=np.int32)  # ties
+    check(op, [x], axis=axis, keepdims=keep, select_last_index=last)
+    check(op, [rnd(3, 4, 5)], axis=axis, keepdims=keep, select_last_index=last)
+
+
+# --- softmax and normalisations -------------------------------------------------------------
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_softmax(op, axis):
+    x = rnd(3, 4, 5) * 30
+    check(op, [x], axis=axis)
+    check(op, [x.astype(np.float64)], axis=axis, ort=op != "Hardmax")
+
+
+def test_hardmax_ties():
+    check("Hardmax", [np.array([[1, 3, 3, 0], [2, 2, 2, 2]], np.float32)])
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, -2])
+@pytest.mark.parametrize("bias", [False, True])
+def test_layernorm(axis, bias):
+    x = rnd(2, 3, 4, 5)
+    norm = x.shape[axis % 4:]
+    ins = [x, rnd(*norm, seed=1)] + ([rnd(*norm, seed=2)] if bias else [None])
+    check("LayerNormalization", ins, n_out=3, axis=axis, epsilon=1e-3)
+
+
+def test_layernorm_broadcast_scale():
+    check("LayerNormalization", [rnd(2, 3, 4), rnd(4, seed=1), rnd(1, seed=2)], consts={1: 1},
+          axis=1)
+
+
+def test_instancenorm():
+    check("InstanceNormalization", [rnd(2, 3, 4, 5), rnd(3, seed=1), rnd(3, seed=2)],
+          epsilon=1e-3)
+    check("InstanceNormalization", [rnd(2, 3, 7), rnd(3, seed=1), rnd(3, seed=2)],
+          consts={1: 1, 2: 1})
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+def test_groupnorm(groups):
+    check("GroupNormalization", [rnd(2, 6, 4, 3), rnd(6, seed=1), rnd(6, seed=2)],
+          num_groups=groups, opset=21)
+
+
+@pytest.mark.parametrize("constant", [False, True])
+def test_batchnorm(constant):
+    x = rnd(2, 3, 4, 5)
+    ins = [x, rnd(3, seed=1), rnd(3, seed=2), rnd(3, seed=3), np.abs(rnd(3, seed=4)) + 0.1]
+    check("BatchNormalization", ins, consts={k: 1 for k in range(1, 5)} if constant else {},
+          epsilon=1e-3)
+    check("BatchNormalization", [rnd(2, 3)] + ins[1:], epsilon=1e-3)
+
+
+def test_batchnorm_training():
+    """Training mode against onnx's reference (onnxruntime's CPU provider has none)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from polytc import onnx as ponnx
+
+    x = rnd(2, 3, 4, 5)
+    ins = [x, rnd(3, seed=1), rnd(3, seed=2), rnd(3, seed=3), np.abs(rnd(3, seed=4)) + 0.1]
+    m, feeds = _model("BatchNormalization", ins, {"training_mode": 1, "momentum": 0.8},
+                      n_out=3)
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = ponnx.compile(m).run(None, feeds)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+# --- what is refused ------------------------------------------------------------------------
+def test_unsupported_is_said():
+    from polytc import onnx as ponnx
+
+    m, feeds = _model("ReduceL2", [rnd(3, 4, dtype=np.int32), np.array([1], np.int64)], {},
+                      consts={1: 1})
+    with pytest.raises(UnsupportedError):
+        ponnx.compile(m).run(None, feeds)
