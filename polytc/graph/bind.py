@@ -78,8 +78,7 @@ def bind(g: Graph, shapes: dict) -> Bound:
             ins.append(refs[i] if i else None)
         known = [r for r in ins if r is not None]
         if n.op not in NONDETERMINISTIC and not _has_subgraph(n) and \
-                all(r.value is not None for r in known) and \
-                (n.op != "Constant" or True):
+                all(r.value is not None for r in known):
             vals = evaluate(n, [r.value for r in known], g.opset)
             for o, v in zip([o for o in n.outputs if o], vals):
                 consts[o] = v
