@@ -233,6 +233,17 @@ def test_reduce_int(op):
           keepdims=0)
 
 
+def test_reduce_mean_narrow_int():  # a sum that wraps, and a count past int8's range
+    from onnx.reference import ReferenceEvaluator
+
+    from polytc import onnx as ponnx
+
+    x = np.random.default_rng(0).integers(-128, 128, (3, 300)).astype(np.int8)
+    m, feeds = _model("ReduceMean", [x, np.array([1], np.int64)], {}, consts={1: 1})
+    np.testing.assert_array_equal(ponnx.compile(m).run(None, feeds)[0],
+                                  ReferenceEvaluator(m).run(None, feeds)[0])
+
+
 def test_reduce_noop():
     check("ReduceSum", [rnd(3, 4), np.array([], np.int64)], consts={1: 1},
           noop_with_empty_axes=1)

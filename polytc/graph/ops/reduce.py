@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import idx, literal, op
+from . import idx, literal, op, tc_type
 
 
 def _axis(ctx, a, rank):
@@ -105,14 +105,19 @@ def _reduce(ctx, name, x, axes, keep):
     ctx.result.kind = "reduction"
     if name == "ReduceMean" and x.dtype.kind != "f" and r.n == 0:
         ctx.fail("integer ReduceMean over an empty set", unsupported=True)
-    p = float(ctx.attr("p", 2)) if name == "GlobalLpPool" else 1.0
-    c = {"zero": literal(0, x.dtype), "x": r.read, "n": literal(r.n, x.dtype),
-         "p": literal(p, x.dtype), "invp": literal(1 / p, x.dtype)}
+    exact = x.dtype.kind == "f"
+    c = {"zero": literal(0, x.dtype), "x": r.read,
+         "n": literal(r.n, x.dtype if exact else np.int64)}  # int8 cannot count to 300
+    if name == "GlobalLpPool":
+        p = float(ctx.attr("p", 2))
+        c.update(p=literal(p, x.dtype), invp=literal(1 / p, x.dtype))
     if name == "ReduceLogSumExp":  # shifted by the maximum (by 0 where it is infinite)
         m = r.temp(ctx)
         ctx.emit(m, r.lhs, r.read, "max=!", r.ranges)
         inf, mk = literal(np.inf, x.dtype), r.at(m)
         c["shift"] = f"(({mk} > -{inf} && {mk} < {inf}) ? {mk} : {c['zero']})"
+    if name == "ReduceMean" and not exact:  # as onnx's reference: the (wrapped) sum / n
+        final = f"{tc_type(x.dtype)}({final})"
     acc = r.temp(ctx) if keep else y
     ctx.emit(acc, r.lhs, term.format(**c), red_op, r.ranges)
     if final or keep:
