@@ -598,17 +598,7 @@ def worker_main(family: str, threads: int, malloc: bool = True) -> int:
     """The loop of a worker process (see above)."""
     if malloc:
         steady_malloc()
-    proto_in = os.fdopen(os.dup(0), "rb")
-    proto_out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def send(msg):
-        pickle.dump(msg, proto_out, protocol=pickle.HIGHEST_PROTOCOL)
-        proto_out.flush()
+    send, receive = common.worker_channel()
 
     try:
         version = init_family(family, threads)
@@ -622,14 +612,8 @@ def worker_main(family: str, threads: int, malloc: bool = True) -> int:
     by_name = {b.name: b for b in benches()}
     calls: dict = {}
     quiet = True
-    while True:
-        try:
-            msg = pickle.load(proto_in)
-        except EOFError:
-            return 0
+    for msg in receive():
         op = msg[0]
-        if op == "quit":
-            return 0
         try:
             if op == "setup":
                 _, name, arrays, refs, opts = msg
@@ -654,6 +638,7 @@ def worker_main(family: str, threads: int, malloc: bool = True) -> int:
         except Exception as e:  # noqa: BLE001 -- answered, the parent reports it
             reply = ("error", short(e))
         send(reply)
+    return 0
 
 
 class Worker:
@@ -666,12 +651,16 @@ class Worker:
         self.missing = None   # why the library is not installed
         self.tail = collections.deque(maxlen=20)  # the worker's last stderr lines
 
-    def start(self):
-        code = (f"import sys; sys.path.insert(0, {HERE!r}); import bench_cpu; "
+    def code(self) -> str:
+        """The worker process's program."""
+        return (f"import sys; sys.path.insert(0, {HERE!r}); import bench_cpu; "
                 f"sys.exit(bench_cpu.worker_main({self.family!r}, {self.threads}, "
                 f"{self.malloc}))")
+
+    def start(self):
         self.tail.clear()
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", self.code()],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # forward the worker's stderr (warnings, autotune's progress) and keep its tail
         threading.Thread(target=self._forward, args=(self.proc.stderr,),
@@ -995,7 +984,7 @@ def report(args, chosen, threads, workers, versions, missing, notes):
         else:
             vers.append(f"{lib} failed to import")
 
-    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    load0 = common.load_average()
     peak = common.measure_peak(threads)
     nthr = f"{threads} thread{'s' if threads != 1 else ''}"
     print(f"polytc CPU benchmark: {common.cpu_model()}, {nthr} for every library")
@@ -1032,14 +1021,7 @@ def report(args, chosen, threads, workers, versions, missing, notes):
     print(f"inputs start {args.input_offset} bytes past a 64-byte boundary (--input-offset)"
           + ("" if workers is None or args.default_malloc
              else "; workers' malloc keeps freed memory (--default-malloc)"))
-    for n in notes:
-        print("note: " + n)
-    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if max(load0, load1) > 0.5:
-        print(f"warning: load average {load0:.1f} before, {load1:.1f} after (this run's own "
-              f"load included) on {os.cpu_count()} CPUs: if other processes were running, "
-              f"the times are noisy")
-    print(f"total {time.perf_counter() - t_start:.0f}s")
+    common.print_footer(notes, load0, t_start)
     return 0
 
 

@@ -24,11 +24,9 @@ import argparse
 import json
 import math
 import os
-import pickle
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -117,17 +115,7 @@ def _session(family: str, path: str, threads: int):
 def worker_main(family: str, threads: int) -> int:
     """The loop of a worker process: one library, persistent across models."""
     bench_cpu.steady_malloc()
-    proto_in = os.fdopen(os.dup(0), "rb")
-    proto_out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)  # what the libraries print goes to stderr, not into the answers
-    sys.stdout = sys.stderr
-
-    def send(msg):
-        pickle.dump(msg, proto_out, protocol=pickle.HIGHEST_PROTOCOL)
-        proto_out.flush()
+    send, receive = common.worker_channel()
 
     try:
         if family == "polytc":
@@ -144,14 +132,8 @@ def worker_main(family: str, threads: int) -> int:
         return 0
     send(("hello", version))
     call = None
-    while True:
-        try:
-            msg = pickle.load(proto_in)
-        except EOFError:
-            return 0
+    for msg in receive():
         op = msg[0]
-        if op == "quit":
-            return 0
         try:
             if op == "setup":
                 _, name, path, feeds, refs, cache_dir = msg
@@ -177,18 +159,15 @@ def worker_main(family: str, threads: int) -> int:
         except Exception as e:  # noqa: BLE001 -- answered, the parent reports it
             reply = ("error", common.short(e))
         send(reply)
+    return 0
 
 
 class Worker(bench_cpu.Worker):
     """bench_cpu's handle on a worker process, running this module's loop."""
 
-    def start(self):
-        code = (f"import sys; sys.path.insert(0, {HERE!r}); import bench_onnx; "
+    def code(self) -> str:
+        return (f"import sys; sys.path.insert(0, {HERE!r}); import bench_onnx; "
                 f"sys.exit(bench_onnx.worker_main({self.family!r}, {self.threads}))")
-        self.tail.clear()
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        threading.Thread(target=self._forward, args=(self.proc.stderr,), daemon=True).start()
 
 
 # --- compile times ----------------------------------------------------------------------
@@ -348,7 +327,7 @@ def main(argv=None):
         print(f"{', '.join(vers)}; median ms of one sess.run over {args.repeats} interleaved "
               f"samples{' (--quick)' if args.quick else ''}")
         sys.stdout.flush()
-        load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        load0 = common.load_average()
         t_start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="polytc-bench-onnx-") as tmp:
             for name in wanted:
@@ -370,14 +349,7 @@ def main(argv=None):
     print("polytc, ort: median ms of one run; polytc/ort below 1: polytc is faster; compile: "
           "polytc.onnx.compile + first run in a fresh process, with an empty cache (cold) "
           "and again from that cache (disk)")
-    for n in notes:
-        print("note: " + n)
-    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if max(load0, load1) > 0.5:
-        print(f"warning: load average {load0:.1f} before, {load1:.1f} after (this run's own "
-              f"load included) on {os.cpu_count()} CPUs: if other processes were running, "
-              f"the times are noisy")
-    print(f"total {time.perf_counter() - t_start:.0f}s")
+    common.print_footer(notes, load0, t_start)
     return 0
 
 

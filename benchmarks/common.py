@@ -274,3 +274,51 @@ def measure_peak(threads: int | None = None, cc: str | None = None) -> dict | No
         return {"error": str(e)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def worker_channel():
+    """A benchmark worker's protocol: pickled messages on its stdin and stdout, while what
+    the libraries print goes to stderr.  Returns ``(send, receive)``; ``receive()``
+    yields the parent's messages until ``quit`` or the end of the pipe."""
+    import pickle
+    import sys
+
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)  # what the libraries print goes to stderr, not into the answers
+    sys.stdout = sys.stderr
+
+    def send(msg):
+        pickle.dump(msg, proto_out, protocol=pickle.HIGHEST_PROTOCOL)
+        proto_out.flush()
+
+    def receive():
+        while True:
+            try:
+                msg = pickle.load(proto_in)
+            except EOFError:
+                return
+            if msg[0] == "quit":
+                return
+            yield msg
+
+    return send, receive
+
+
+def load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def print_footer(notes, load0: float, t_start: float) -> None:
+    """The notes, a warning when the machine was busy, and the total time."""
+    for n in notes:
+        print("note: " + n)
+    load1 = load_average()
+    if max(load0, load1) > 0.5:
+        print(f"warning: load average {load0:.1f} before, {load1:.1f} after (this run's own "
+              f"load included) on {os.cpu_count()} CPUs: if other processes were running, "
+              f"the times are noisy")
+    print(f"total {time.perf_counter() - t_start:.0f}s")

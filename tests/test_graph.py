@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
-import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
@@ -216,3 +214,23 @@ def test_inline_keeps_contraction_operands():
         C(i, j) +=! S(i, k) * B(k, j)
     }""")
     assert inline_temporaries(k.program) == k.program
+
+
+def test_profile_times_every_group():
+    sess = polytc.onnx.compile(mlp_layer())
+    x = np.random.default_rng(8).standard_normal((32, 48)).astype(F)
+    rows = steps_of(sess).profile({"x": x}, repeat=3)
+    assert [ops for _, ops, _ in rows] == [["MatMul", "Add", "Relu"]]
+    assert all(t > 0 for _, _, t in rows)
+
+
+def test_weights_are_aligned_once_and_scalars_stay_0d():
+    rng = np.random.default_rng(9)
+    m = model([node("MatMul", ["x", "w"], ["h"]), node("Mul", ["h", "s"], ["y"])],
+              [("x", TP.FLOAT, [64, 64])], [("y", TP.FLOAT, [64, 64])],
+              [("w", rng.standard_normal((64, 64)).astype(F)), ("s", np.array(2.0, F))])
+    plan = steps_of(polytc.onnx.compile(m))
+    from polytc.runtime.memory import is_aligned
+
+    assert is_aligned(plan.constants["w"])  # no aligned copy per run
+    assert plan.constants["s"].shape == ()

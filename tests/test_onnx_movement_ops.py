@@ -13,10 +13,7 @@ from onnx import helper, numpy_helper
 
 from polytc.diagnostics import UnsupportedError
 
-try:
-    import onnxruntime
-except ImportError:
-    onnxruntime = None
+from .onnx_check import compare
 
 OPSET = 18
 I64 = np.int64
@@ -37,30 +34,8 @@ def _model(nodes, inputs, outputs, consts=(), opset=OPSET):
     return onnx.shape_inference.infer_shapes(m)
 
 
-def _reference(m, feeds, ort=True):
-    if onnxruntime is not None and ort:
-        so = onnxruntime.SessionOptions()
-        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-        s = onnxruntime.InferenceSession(m.SerializeToString(), so,
-                                         providers=["CPUExecutionProvider"])
-        return s.run(None, feeds)
-    from onnx.reference import ReferenceEvaluator
-
-    return ReferenceEvaluator(m).run(None, feeds)
-
-
 def run_model(m, feeds, rtol=1e-4, atol=1e-5, ort=True):
-    from polytc import onnx as ponnx
-
-    want = _reference(m, feeds, ort)
-    got = ponnx.compile(m).run(None, feeds)
-    assert len(got) == len(want)
-    for w, g in zip(want, got):
-        w = np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
-        scale = max(1.0, float(np.max(np.abs(w)))) if w.size and w.dtype.kind == "f" else 1
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
-    return got
+    return compare(m, feeds, rtol, atol, ort)
 
 
 def check(op, inputs, consts=None, n_out=1, opset=OPSET, ort=True, **attrs):

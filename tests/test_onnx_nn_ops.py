@@ -12,10 +12,7 @@ from onnx import helper, numpy_helper
 
 from polytc.diagnostics import UnsupportedError
 
-try:
-    import onnxruntime
-except ImportError:
-    onnxruntime = None
+from .onnx_check import compare
 
 OPSET = 18
 
@@ -52,31 +49,11 @@ def _model(op, inputs, attrs, consts=None, n_out=1, opset=OPSET):
     return m, feeds
 
 
-def _reference(m, feeds, ort=True):
-    if onnxruntime is not None and ort:
-        so = onnxruntime.SessionOptions()
-        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-        s = onnxruntime.InferenceSession(m.SerializeToString(), so,
-                                         providers=["CPUExecutionProvider"])
-        return s.run(None, feeds)
-    from onnx.reference import ReferenceEvaluator
-
-    return ReferenceEvaluator(m).run(None, feeds)
-
-
 def check(op, inputs, consts=None, n_out=1, rtol=1e-4, atol=1e-5, opset=OPSET, ort=True,
           **attrs):
     """polytc against onnxruntime (``ort=False``: onnx's reference evaluator)."""
-    from polytc import onnx as ponnx
-
     m, feeds = _model(op, inputs, attrs, consts, n_out, opset)
-    want = _reference(m, feeds, ort)
-    got = ponnx.compile(m).run(None, feeds)
-    for w, g in zip(want, got):
-        w = np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
-        scale = max(1.0, float(np.max(np.abs(w)))) if w.size and w.dtype.kind == "f" else 1
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
+    compare(m, feeds, rtol, atol, ort)
 
 
 def rnd(*shape, dtype=np.float32, seed=0):

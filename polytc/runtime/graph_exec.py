@@ -40,8 +40,8 @@ class Plan:
                 self.kernels[s.name] = ck
         self.timings["compile"] = time.perf_counter() - t0
         consts = self.bound.graph.constants
-        self.constants = {v: np.ascontiguousarray(c).reshape(np.shape(c))  # keeps 0-d
-                          for v, c in consts.items()}
+        # aligned once here (0-d stays 0-d), so kernels never copy weights at run time
+        self.constants = {v: aligned_copy(np.asarray(c)) for v, c in consts.items()}
         self._plan_memory()
         self._lock = threading.Lock()
 
@@ -134,39 +134,33 @@ class Plan:
 
     # --- running ---------------------------------------------------------------------
     def run(self, feeds: dict, names) -> list:
+        with self._lock:  # the arena is shared by runs of this plan
+            env = self._execute(feeds)
+            return [env[n] if n in self.owned else np.array(env[n]) for n in names]
+
+    def _execute(self, feeds: dict, times: dict | None = None) -> dict:
+        """Run every step; ``times`` (group name -> list) collects each kernel's time."""
         env = dict(self.constants)
         env.update(feeds)
-        with self._lock:  # the arena is shared by runs of this plan
-            for s in self.steps:
-                if isinstance(s, View):
-                    env[s.value] = env[s.source].reshape(s.shape)
-                    continue
-                ck = self.kernels[s.name]
-                outs = [self._buffer(v, z) for v, z in zip(s.outputs, ck.out_zero)]
-                ck.run([env[v] for v in s.inputs], outs)
-                env.update(zip(s.outputs, outs))
-            result = []
-            for n in names:
-                a = env[n]
-                result.append(a if n in self.owned else np.array(a))
-        return result
+        for s in self.steps:
+            if isinstance(s, View):
+                env[s.value] = env[s.source].reshape(s.shape)
+                continue
+            ck = self.kernels[s.name]
+            outs = [self._buffer(v, z) for v, z in zip(s.outputs, ck.out_zero)]
+            t0 = time.perf_counter()
+            ck.run([env[v] for v in s.inputs], outs)
+            if times is not None:
+                times.setdefault(s.name, []).append(time.perf_counter() - t0)
+            env.update(zip(s.outputs, outs))
+        return env
 
     def profile(self, feeds: dict, repeat: int = 10) -> list:
         """(step name, ops, median seconds) per group: where a run's time goes."""
         times: dict = {}
-        env = dict(self.constants)
-        env.update(feeds)
-        for _ in range(repeat):
-            for s in self.steps:
-                if isinstance(s, View):
-                    env[s.value] = env[s.source].reshape(s.shape)
-                    continue
-                ck = self.kernels[s.name]
-                outs = [self._buffer(v, z) for v, z in zip(s.outputs, ck.out_zero)]
-                t0 = time.perf_counter()
-                ck.run([env[v] for v in s.inputs], outs)
-                times.setdefault(s.name, []).append(time.perf_counter() - t0)
-                env.update(zip(s.outputs, outs))
+        with self._lock:
+            for _ in range(repeat):
+                self._execute(feeds, times)
         return [(s.name, s.ops, sorted(times[s.name])[repeat // 2])
                 for s in self.steps if isinstance(s, Group)]
 
