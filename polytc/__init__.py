@@ -30,9 +30,9 @@ def _programs(defs, source):
 
 @user_boundary
 def tc(src: str, name: str | None = None, *, options: Options | None = None,
-       filename: str = "<tc>"):
+       filename: str = "<tc>", target: str = "c"):
     """Compile TC text.  One ``def``: its kernel.  Several: a dict name -> kernel, or
-    the one called ``name``."""
+    the one called ``name``.  ``target``: ``c`` (default), ``opencl`` or ``cuda``."""
     from .diagnostics import Source
     from .lang.parser import parse
 
@@ -45,18 +45,18 @@ def tc(src: str, name: str | None = None, *, options: Options | None = None,
         if not chosen:
             raise PolytcError(f"no def named '{name}' in this text",
                               hint="it defines " + ", ".join(d.name for d in defs))
-        return Kernel(_programs(chosen, source)[0], options)
+        return Kernel(_programs(chosen, source)[0], options, target)
     names = [d.name for d in defs]
     for i, n in enumerate(names):
         if n in names[:i]:
             raise TCSemanticError(f"two defs are named '{n}'", defs[i].span)
-    kernels = {p.name: Kernel(p, options) for p in _programs(defs, source)}
+    kernels = {p.name: Kernel(p, options, target) for p in _programs(defs, source)}
     if len(kernels) == 1:
         return next(iter(kernels.values()))
     return kernels
 
 
-def kernel(fn=None, *, options: Options | None = None):
+def kernel(fn=None, *, options: Options | None = None, target: str = "c"):
     """Decorator: the function's body, in Python syntax, is a TC program (never run)."""
 
     @user_boundary
@@ -65,7 +65,7 @@ def kernel(fn=None, *, options: Options | None = None):
 
         d = function_to_def(f)
         prog = _programs([d], d.span.source)[0]
-        k = Kernel(prog, options)
+        k = Kernel(prog, options, target)
         k.__doc__ = f.__doc__
         k.__name__ = f.__name__
         return k

@@ -10,6 +10,10 @@
 ``POLYTC_NUM_THREADS``  OpenMP threads for kernels (default: ``OMP_NUM_THREADS`` or all)
 ``POLYTC_NO_TUNING_CACHE`` ``1``: kernels created without options ignore the options
                         ``polytc.autotune`` stored (it still stores them)
+``POLYTC_OPENCL_DEVICE`` the OpenCL device: an index or part of its name (default: the
+                        first GPU, else the first device)
+``POLYTC_NVCC``         the CUDA compiler (default ``nvcc``)
+``POLYTC_CUDA_ARCH``    the ``compute_XY`` to compile for without a GPU (default 90)
 =====================  ===========================================================
 """
 from __future__ import annotations
@@ -48,6 +52,18 @@ def c_compiler() -> str:
 
 def extra_cflags() -> list[str]:
     return os.environ.get("POLYTC_CFLAGS", "").split()
+
+
+def opencl_device() -> str:
+    return os.environ.get("POLYTC_OPENCL_DEVICE", "").strip()
+
+
+def nvcc() -> str:
+    return os.environ.get("POLYTC_NVCC", "nvcc")
+
+
+def cuda_arch() -> str:
+    return os.environ.get("POLYTC_CUDA_ARCH", "90")
 
 
 def num_threads() -> int | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from .diagnostics import PolytcError
 
 FUSIONS = ("auto", "max", "preserve", "min")
+MAPPINGS = ("auto", "threads", "groups")
 
 
 class OptionsError(PolytcError):
@@ -47,6 +48,32 @@ class Options:
     #: passes to skip by name (see ``polytc.runtime.pipeline.PASSES``)
     disable: tuple = ()
 
+    # --- accelerator targets (``opencl``, ``cuda``), see docs/gpu.md -------------------
+    #: how loops map to the device: ``threads`` tiles the outer parallel loops, runs the
+    #: tiles on blocks (work-groups) and the points of a tile on threads (work-items);
+    #: ``groups`` keeps the CPU schedule (cache and register tiles) and runs its outer
+    #: parallel loop on work-groups of one work-item; ``auto``: ``groups`` on CPU
+    #: devices (PoCL), ``threads`` on GPUs
+    mapping: str = "auto"
+    #: threads per block (work-items per work-group) along the mapped loops, innermost
+    #: (x, the coalesced one) last, at most 3; ``None``: cost model
+    block: tuple | None = None
+    #: tile sizes of the mapped loops, innermost last; each thread takes the points of a
+    #: tile cyclically (``tile / block`` of them); ``None``: cost model
+    block_tile: tuple | None = None
+    #: most blocks per grid dimension, innermost last; tiles beyond it are distributed
+    #: cyclically; ``None``: one block per tile
+    grid: tuple | None = None
+    #: tile size of the reduction loops of a contraction in a GPU kernel (the depth at
+    #: which shared memory is filled); ``0``: not tiled, so nothing is promoted
+    reduction_tile: int | None = None
+    #: copy reused tiles of read-only tensors to shared (local) memory
+    shared_memory: bool = True
+    #: keep accumulators in registers (private memory) across reduction loops
+    private_memory: bool = True
+    #: fully unroll point loops of reductions with at most this many iterations
+    unroll: int = 0
+
     def __post_init__(self):
         if self.fusion not in FUSIONS:
             raise OptionsError(f"unknown fusion strategy {self.fusion!r}",
@@ -54,6 +81,27 @@ class Options:
         if self.num_threads is not None and self.num_threads < 1:
             raise OptionsError("num_threads must be at least 1")
         object.__setattr__(self, "disable", tuple(self.disable))
+        if self.mapping not in MAPPINGS:
+            raise OptionsError(f"unknown mapping {self.mapping!r}",
+                               hint=f"choose one of {', '.join(MAPPINGS)}")
+        for name in ("block", "block_tile", "grid"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            v = tuple(int(x) for x in v)
+            if not 1 <= len(v) <= 3 or min(v) < 1:
+                raise OptionsError(f"{name} must be 1 to 3 positive sizes, got {v}")
+            object.__setattr__(self, name, v)
+        if self.block is not None:
+            n = 1
+            for x in self.block:
+                n *= x
+            if n > 1024:
+                raise OptionsError(f"block {self.block} has {n} threads; at most 1024")
+        if self.reduction_tile is not None and self.reduction_tile < 0:
+            raise OptionsError("reduction_tile must be 0 or positive")
+        if self.unroll < 0:
+            raise OptionsError("unroll must be 0 or positive")
         for name in ("tile", "register_tile"):
             v = getattr(self, name)
             if v is None:

@@ -9,6 +9,7 @@ the runtime raises a ``KernelRuntimeError`` quoting the site's source.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -108,6 +109,13 @@ class ExprPrinter:
         self.shapes, self.env, self.vars = shapes, env, vars
         self.guarded, self.sites = guarded, sites
 
+    def literal(self, value, t: ScalarType) -> str:
+        return literal(value, t)
+
+    def math(self, name: str, t: ScalarType) -> str:
+        """The C name of a math function for type ``t`` (``expf`` for float)."""
+        return name if t == FLOAT64 else name + "f"
+
     def site(self, span, what) -> int:
         self.sites.append((span, what))
         return len(self.sites)
@@ -130,7 +138,7 @@ class ExprPrinter:
 
     def expr(self, e, subscript=False) -> str:
         if isinstance(e, P.Const):
-            return literal(e.value, e.dtype)
+            return self.literal(e.value, e.dtype)
         if isinstance(e, P.Index):
             v = self.vars[e.name]
             return f"({v})" if subscript else f"((int32_t)({v}))"
@@ -174,7 +182,7 @@ class ExprPrinter:
             site = self.site(e.span, "integer division by zero")
             return f"pt_{kind}_{t.name}({a}, {b}, {site}, &err)"
         if e.op == "%":
-            return f"fmod{'f' if t != FLOAT64 else ''}({a}, {b})"
+            return f"{self.math('fmod', t)}({a}, {b})"
         return self._wrap(f"({a} {e.op} {b})", e.dtype)
 
     def apply(self, e: P.Apply) -> str:
@@ -184,24 +192,28 @@ class ExprPrinter:
             return f"PT_MIN({args[0]}, {args[1]})"
         if f == "max":
             return f"PT_MAX({args[0]}, {args[1]})"
-        suf = "" if t == FLOAT64 else "f"
         one = "1.0" if t == FLOAT64 else "1.0f"
+        m = functools.partial(self.math, t=t)
         if f in _FUNCS:
-            return f"{_FUNCS[f]}{suf}({', '.join(args)})"
+            return f"{m(_FUNCS[f])}({', '.join(args)})"
         if f in _DOUBLE_ONLY:
-            return f"(({t.c_name}){_DOUBLE_ONLY[f]}((double)({args[0]})))"
+            return f"(({t.c_name}){self.math(_DOUBLE_ONLY[f], FLOAT64)}((double)({args[0]})))"
+        ct = t.c_name
         special = {
-            "rsqrt": lambda a: f"({one} / sqrt{suf}({a[0]}))",
-            "rcbrt": lambda a: f"({one} / cbrt{suf}({a[0]}))",
-            "rhypot": lambda a: f"({one} / hypot{suf}({a[0]}, {a[1]}))",
+            "rsqrt": lambda a: f"({one} / {m('sqrt')}({a[0]}))",
+            "rcbrt": lambda a: f"({one} / {m('cbrt')}({a[0]}))",
+            "rhypot": lambda a: f"({one} / {m('hypot')}({a[0]}, {a[1]}))",
             "fdivide": lambda a: f"({a[0]} / {a[1]})",
-            "cospi": lambda a: f"cos{suf}(({t.c_name})M_PI * {a[0]})",
-            "sinpi": lambda a: f"sin{suf}(({t.c_name})M_PI * {a[0]})",
-            "normcdf": lambda a: f"(({t.c_name})0.5 * erfc{suf}(-{a[0]} * ({t.c_name})M_SQRT1_2))",
-            "norm3d": lambda a: f"sqrt{suf}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]})",
-            "rnorm3d": lambda a: f"({one} / sqrt{suf}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]}))",
-            "norm4d": lambda a: f"sqrt{suf}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]} + {a[3]}*{a[3]})",
-            "rnorm4d": lambda a: f"({one} / sqrt{suf}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]} + {a[3]}*{a[3]}))",
+            "cospi": lambda a: f"{m('cos')}(({ct})M_PI * {a[0]})",
+            "sinpi": lambda a: f"{m('sin')}(({ct})M_PI * {a[0]})",
+            "normcdf": lambda a: f"(({ct})0.5 * {m('erfc')}(-{a[0]} * ({ct})M_SQRT1_2))",
+            "norm3d": lambda a: f"{m('sqrt')}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]})",
+            "rnorm3d": lambda a: f"({one} / {m('sqrt')}({a[0]}*{a[0]} + {a[1]}*{a[1]} + "
+                                 f"{a[2]}*{a[2]}))",
+            "norm4d": lambda a: f"{m('sqrt')}({a[0]}*{a[0]} + {a[1]}*{a[1]} + {a[2]}*{a[2]} + "
+                                f"{a[3]}*{a[3]})",
+            "rnorm4d": lambda a: f"({one} / {m('sqrt')}({a[0]}*{a[0]} + {a[1]}*{a[1]} + "
+                                 f"{a[2]}*{a[2]} + {a[3]}*{a[3]}))",
         }
         if f in special:
             return special[f](args)
@@ -220,7 +232,7 @@ def statement_code(sst, printer: ExprPrinter, target: str | None = None) -> str:
     st = sst.stmt
     target = target or target_code(sst, printer)
     if sst.kind == "init":
-        return f"{target} = {literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)};"
+        return f"{target} = {printer.literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)};"
     rhs = printer.expr(st.rhs)
     if st.op is None:
         return f"{target} = {rhs};"

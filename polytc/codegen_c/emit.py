@@ -111,10 +111,11 @@ class Promotion:
                 return None
             slot = f"{acc}[{it} - {lo}L]"
             decls.append(c.Statement(f"{ct} {acc}[{hi - lo + 1}]"))
-            pro += [c.Pragma("omp simd"), c.For(*header, c.Statement(f"{slot} = {target}"))]
+            simd = self.em.simd_loop
+            pro += simd(header, c.Statement(f"{slot} = {target}"))
             code = statement_code(sst, printer, slot).rstrip(";")
-            body += [c.Pragma("omp simd"), c.For(*header, c.Statement(code))]
-            epi += [c.Pragma("omp simd"), c.For(*header, c.Statement(f"{target} = {slot}"))]
+            body += simd(header, c.Statement(code))
+            epi += simd(header, c.Statement(f"{target} = {slot}"))
         nest = body
         for depth, lp in enumerate(reversed(loops)):
             loop = c.For(*self.em.for_header(lp)[1], c.Block(nest))
@@ -241,6 +242,10 @@ class CEmitter:
         if mark == "simd":
             return "omp simd"
         return None
+
+    def simd_loop(self, header, body) -> list:
+        """A loop the C compiler should vectorise."""
+        return [c.Pragma("omp simd"), c.For(*header, body)]
 
     def for_header(self, n):
         it = n.for_get_iterator().id_get_id().get_name()

@@ -9,8 +9,18 @@ from ..lang import program as P
 from ..lang import sizes as S
 
 
-def as_arrays(program: P.Program, args) -> list:
-    """The call's inputs as C-contiguous numpy arrays of the declared dtypes."""
+def _device_array(a) -> bool:
+    """A device array of an accelerator target (pyopencl, pycuda, or anything with
+    ``__cuda_array_interface__`` or DLPack on a GPU)."""
+    mod = type(a).__module__ or ""
+    return mod.startswith(("pyopencl", "pycuda")) or \
+        hasattr(a, "__cuda_array_interface__") or \
+        (hasattr(a, "__dlpack_device__") and not isinstance(a, np.ndarray))
+
+
+def as_arrays(program: P.Program, args, device_arrays: bool = False) -> list:
+    """The call's inputs as C-contiguous numpy arrays of the declared dtypes (device
+    arrays, when the target takes them, are checked for dtype and rank and kept)."""
     ins = program.inputs
     if len(args) != len(ins):
         names = ", ".join(t.name for t in ins)
@@ -20,6 +30,10 @@ def as_arrays(program: P.Program, args) -> list:
     out = []
     for t, a in zip(ins, args):
         want = t.dtype.np_dtype
+        if device_arrays and _device_array(a):
+            check_device_array(program, t, a)
+            out.append(a)
+            continue
         if isinstance(a, np.ndarray):
             if a.dtype != want:
                 raise ArgumentError(
@@ -48,6 +62,25 @@ def as_arrays(program: P.Program, args) -> list:
                 f"{'s' * (t.rank != 1)} but has {arr.ndim} (shape {arr.shape})", t.span)
         out.append(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
     return out
+
+
+def check_device_array(program, t, a) -> None:
+    dtype = getattr(a, "dtype", None)
+    shape = tuple(getattr(a, "shape", ()))
+    if dtype is None or str(dtype).replace("torch.", "") != str(t.dtype.np_dtype):
+        raise ArgumentError(f"input '{t.name}' of {program.name} has dtype {dtype} but is "
+                            f"declared {t.dtype} ({t.dtype.np_dtype})", t.span)
+    if len(shape) != t.rank:
+        raise ArgumentError(
+            f"input '{t.name}' of {program.name} must have {t.rank} dimension"
+            f"{'s' * (t.rank != 1)} but has {len(shape)} (shape {shape})", t.span)
+    flags = getattr(a, "flags", None)
+    contiguous = getattr(flags, "c_contiguous", None)
+    if contiguous is None and hasattr(a, "is_contiguous"):
+        contiguous = a.is_contiguous()
+    if contiguous is False:
+        raise ArgumentError(f"device input '{t.name}' of {program.name} is not contiguous",
+                            t.span, hint="pass a contiguous copy")
 
 
 def bind_sizes(program: P.Program, arrays) -> dict:

@@ -174,14 +174,19 @@ class CompiledKernel:
 class Kernel:
     """A checked program, compiled on demand for the sizes of each call."""
 
-    def __init__(self, program: P.Program, options: Options | None = None):
+    def __init__(self, program: P.Program, options: Options | None = None,
+                 target: str = "c"):
+        from .targets import check
+
         self.program = program
+        self.target = check(target)
         self.options = options or Options()
         self._explicit = options is not None  # autotuning hook: else tuned options apply
         self._table: dict = {}  # signature -> CompiledKernel
 
     def __repr__(self):
-        return f"<polytc.Kernel {self.program.name}>"
+        where = "" if self.target == "c" else f" target={self.target}"
+        return f"<polytc.Kernel {self.program.name}{where}>"
 
     def __str__(self):
         return str(self.program)
@@ -192,7 +197,14 @@ class Kernel:
     def with_options(self, options: Options | None = None, **changes) -> "Kernel":
         """A new kernel with other options (this one is unchanged)."""
         base = options or self.options
-        return Kernel(self.program, base.replace(**changes) if changes else base)
+        return Kernel(self.program, base.replace(**changes) if changes else base, self.target)
+
+    def to(self, target: str) -> "Kernel":
+        """The same program and options on another target (``c``, ``opencl``, ``cuda``);
+        this kernel is unchanged."""
+        k = Kernel(self.program, self.options, target)
+        k._explicit = self._explicit
+        return k
 
     def __call__(self, *args, out=None):
         # the fast path: the signature (shape, strides, dtype) of contiguous arrays seen
@@ -210,7 +222,7 @@ class Kernel:
 
     @user_boundary
     def _call_slow(self, args, out):
-        inputs = A.as_arrays(self.program, args)
+        inputs = A.as_arrays(self.program, args, device_arrays=self.target != "c")
         ck = self._specialize(inputs)
         outs = None if out is None else A.check_out(self.program, out, ck.out_shapes, inputs)
         if all(a is b for a, b in zip(args, inputs)):  # right dtypes, contiguous
@@ -232,10 +244,22 @@ class Kernel:
 
             options = tuning.lookup(self.program, env, text=text) or options
         # --- end of the autotuning hook
-        key = cache_key(program=text, sizes=env, options=options.key(), target=TARGET)
+        if self.target == "c":
+            key = cache_key(program=text, sizes=env, options=options.key(), target=TARGET)
+        else:
+            from .targets import backend
+
+            be = backend(self.target)
+            key = cache_key(program=text, sizes=env, options=options.key(),
+                            target=self.target, device=be.device_key())
         ck = _PROCESS.get(key)
         if ck is None:
-            ck = _load_or_build(self.program, env, options, key)
+            if self.target == "c":
+                ck = _load_or_build(self.program, env, options, key)
+            else:
+                from .accel import load_or_build
+
+                ck = load_or_build(self.program, env, options, key, self.target, be)
             _PROCESS[key] = ck
         return ck
 

@@ -28,6 +28,9 @@ class Build:
     program: P.Program
     env: dict  # size name -> value
     options: Options
+    target: str = "c"
+    device: object = None  # tiling.gpu.Device of an accelerator target
+    launches: list = field(default_factory=list)  # tiling.gpu.Launch per kernel
     ctx: isl.Context = None
     scop: Scop = None
     deps: sched.Dependences = None
@@ -69,20 +72,39 @@ def _schedule(b: Build):
     return b.schedule if b.schedule is not None else sched.program_order(b.scop)
 
 
+def _cpu_schedule(b: Build) -> bool:
+    """Whether the loops keep the CPU's tiling and parallel loop (C, and the ``groups``
+    mapping of OpenCL CPU devices)."""
+    from ..tiling.gpu import strategy
+
+    return b.target == "c" or strategy(b.options, b.device) == "groups"
+
+
 def p_tile(b: Build) -> Build:
     from ..tiling.machine import host
     from ..tiling.strategy import tile_schedule
 
+    if not _cpu_schedule(b):
+        return b
     b.schedule, b.tiling = tile_schedule(_schedule(b), b.scop, b.options, host())
     b.stages["tiling"] = "\n".join(str(entry) for entry in b.tiling)
     return b
 
 
 def p_parallel(b: Build) -> Build:
-    if b.options.parallel:
+    if b.options.parallel and _cpu_schedule(b):
         b.schedule = _schedule(b)
         points = sum(statement_points(s, b.env) for s in b.scop.stmts)
         b.schedule = sched.mark_parallel(b.schedule, b.options.parallel_min_points, points)
+    return b
+
+
+def p_map(b: Build) -> Build:
+    from ..tiling.gpu import map_schedule
+
+    b.schedule, b.launches, report = map_schedule(_schedule(b), b.scop, b.options, b.device)
+    b.stages["mapping"] = "\n".join(str(entry) for entry in report) + "\n" + "\n".join(
+        f"{l.name}: grid {l.grid} block {l.block} shared {l.shared}" for l in b.launches)
     return b
 
 
@@ -105,6 +127,17 @@ def p_codegen_c(b: Build) -> Build:
     return b
 
 
+def p_codegen_gpu(b: Build) -> Build:
+    from ..codegen_c.gpu import GpuEmitter
+    from .targets import dialect
+
+    em = GpuEmitter(b.scop, dialect(b.target), b.launches)
+    b.code = em.source(b.ast)
+    b.sites = em.sites
+    b.stages[b.target] = b.code
+    return b
+
+
 def statement_points(s, env) -> int:
     """An upper bound on the number of instances of a statement (for the parallel
     threshold): the product of its index ranges, triangular ones widened to boxes."""
@@ -120,22 +153,30 @@ def statement_points(s, env) -> int:
     return n
 
 
-#: (name, pass, optional): the whole compiler after sema, in order
+ALL = ("c", "opencl", "cuda")
+GPU = ("opencl", "cuda")
+
+#: (name, pass, optional, targets): the whole compiler after sema, in order
 PASSES = [
-    ("check_sizes", p_check_sizes, False),
-    ("scop", p_scop, False),
-    ("dependences", p_dependences, False),
-    ("schedule", p_schedule, True),
-    ("tile", p_tile, True),
-    ("parallel", p_parallel, True),
-    ("ast", p_ast, False),
-    ("codegen_c", p_codegen_c, False),
+    ("check_sizes", p_check_sizes, False, ALL),
+    ("scop", p_scop, False, ALL),
+    ("dependences", p_dependences, False, ALL),
+    ("schedule", p_schedule, True, ALL),
+    ("tile", p_tile, True, ALL),
+    ("parallel", p_parallel, True, ALL),
+    ("map", p_map, False, GPU),
+    ("ast", p_ast, False, ALL),
+    ("codegen_c", p_codegen_c, False, ("c",)),
+    ("codegen_gpu", p_codegen_gpu, False, GPU),
 ]
 
 
-def run(program: P.Program, env: dict, options: Options) -> Build:
-    b = Build(program, env, options)
-    for name, fn, optional in PASSES:
+def run(program: P.Program, env: dict, options: Options, target: str = "c",
+        device=None) -> Build:
+    b = Build(program, env, options, target, device)
+    for name, fn, optional, targets in PASSES:
+        if target not in targets:
+            continue
         if optional and name in options.disable:
             config.log(1, f"pass {name}: disabled")
             continue

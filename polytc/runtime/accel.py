@@ -1,0 +1,156 @@
+"""What the accelerator runtimes (``opencl.py``, ``cuda.py``) share: building through the
+pipeline and the disk cache, the compiled form's introspection, and one call.
+
+A backend module provides ``device()`` (a ``tiling.gpu.Device``), ``device_key()``,
+``compile_check(source)`` (raises ``CompilationError``) and a ``Compiled`` subclass of
+``AcceleratorKernel`` with the device operations (``upload``, ``empty``, ``launch``,
+``download``, ``is_device_array``).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from .. import config
+from ..diagnostics import KernelRuntimeError, PolytcError
+from ..lang import sizes as S
+from .cache import DiskCache
+
+
+def build(program, env, options, target: str, backend):
+    """Run the pipeline for ``target``; returns ``(build, meta)``."""
+    from ..tiling.gpu import Launch
+    from . import pipeline
+    from .kernel import _PIPELINE_LOCK
+
+    with _PIPELINE_LOCK:
+        b = pipeline.run(program, env, options, target, backend.device())
+    t0 = time.perf_counter()
+    backend.compile_check(b.code)
+    b.timings["device_compile"] = time.perf_counter() - t0
+    sites = [f"{span.location()}: {what} ({program.name}, sizes {env})\n{span.quote()}"
+             if span is not None else what for span, what in b.sites]
+    zero = [t.name for t in program.temporaries if b.deps.reads_before_write(t.name)]
+    meta = {"stages": b.stages, "sites": sites, "timings": b.timings,
+            "launches": [Launch.to_json(l) for l in b.launches],
+            "zero_temps": zero,
+            "out_zero": [not b.scop.fully_written(t.name) for t in program.outputs],
+            "out_shapes": [[S.evaluate(d, env) for d in t.shape] for t in program.outputs],
+            "options": json.loads(options.to_json())}
+    return b, meta
+
+
+def load_or_build(program, env, options, key, target, backend):
+    disk = DiskCache()
+    entry = disk.get(key)
+    b = None
+    if entry is None:
+        with disk.lock(key):
+            entry = disk.get(key)
+            if entry is None:
+                b, meta = build(program, env, options, target, backend)
+                entry = disk.put(key, {"kernel.src": b.code.encode()}, meta)
+                config.log(1, f"compiled {program.name} {env} for {target} in "
+                              f"{sum(meta['timings'].values()) * 1e3:.0f} ms")
+    return backend.Compiled(program, env, options, entry["meta"], b)
+
+
+class AcceleratorKernel:
+    """A program compiled for one set of sizes on an accelerator.  ``stages`` as for the
+    C target, with ``mapping`` and the kernel source under the target's name."""
+
+    target = "?"
+
+    def __init__(self, program, env, options, meta, build=None):
+        self.program, self.env, self.options = program, env, options
+        self.stages: dict = meta["stages"]
+        self.sites: list = meta["sites"]
+        self.timings: dict = meta.get("timings", {})
+        self.launches = meta["launches"]
+        self.out_shapes = [tuple(s) for s in meta["out_shapes"]]
+        self.out_dtypes = [t.dtype.np_dtype for t in program.outputs]
+        self.out_zero = meta["out_zero"]
+        zero = set(meta["zero_temps"])
+        self.temps = [(tuple(S.evaluate(d, env) for d in t.shape), t.dtype.np_dtype,
+                       t.name in zero) for t in program.temporaries]
+        self._build = build
+        self._scratch: list = []
+        self.load(self.stages[self.target])
+
+    @property
+    def code(self) -> str:
+        return self.stages[self.target]
+
+    @property
+    def schedule(self) -> str:
+        return self.stages["schedule"]
+
+    def __repr__(self):
+        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        return f"<CompiledKernel {self.program.name} [{sizes}] target={self.target}>"
+
+    def _repr_markdown_(self) -> str:
+        lang = "cuda" if self.target == "cuda" else "c"
+        return (f"**{self.program.name}** specialised to `{self.env}` for "
+                f"{self.target}\n\n```{lang}\n{self.code}\n```")
+
+    # --- one call ------------------------------------------------------------------
+    def run(self, inputs, outs: list | None = None):
+        on_device = any(self.is_device_array(a) for a in inputs)
+        args = [a if self.is_device_array(a) else self.upload(a) for a in inputs]
+        try:
+            douts = [self.empty(s, d, z) for s, d, z in
+                     zip(self.out_shapes, self.out_dtypes, self.out_zero)]
+        except (MemoryError, ValueError) as e:
+            raise PolytcError(f"{self.program.name}: cannot allocate outputs of shapes "
+                              f"{self.out_shapes} ({e})") from None
+        try:
+            scratch = self._scratch.pop()
+        except IndexError:
+            scratch = [self.empty(s, d, False) for s, d, _ in self.temps]
+        try:
+            for buf, (_, _, zero) in zip(scratch, self.temps):
+                if zero:
+                    self.fill_zero(buf)
+            err = self.empty((1,), np.int32, True)
+            ptrs = args + douts + scratch + [err]
+            for launch in self.launches:
+                self.launch(launch, ptrs)
+            rc = int(self.download(err)[0])
+        finally:
+            self._scratch.append(scratch)
+        if rc:
+            self._fail(rc)
+        if on_device and outs is None:
+            result = douts
+        else:
+            result = [self.download(o, into) for o, into in
+                      zip(douts, outs or [None] * len(douts))]
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _fail(self, rc):
+        if rc < 0 or rc > len(self.sites):
+            raise PolytcError(f"{self.program.name}: the kernel failed (code {rc})")
+        raise KernelRuntimeError(self.sites[rc - 1])
+
+    def benchmark(self, *args, repeat: int = 20, warmup: int = 2) -> dict:
+        """Median and minimum seconds of the kernel launches alone (data on the device)."""
+        from . import args as A
+
+        inputs = [self.upload(a) for a in A.as_arrays(self.program, args)]
+        outs = [self.empty(s, d, True) for s, d in zip(self.out_shapes, self.out_dtypes)]
+        scratch = [self.empty(s, d, True) for s, d, _ in self.temps]
+        ptrs = inputs + outs + scratch + [self.empty((1,), np.int32, True)]
+        t = []
+        for i in range(warmup + repeat):
+            self.synchronize()
+            t0 = time.perf_counter()
+            for launch in self.launches:
+                self.launch(launch, ptrs)
+            self.synchronize()
+            if i >= warmup:
+                t.append(time.perf_counter() - t0)
+        t.sort()
+        return {"median": t[len(t) // 2], "min": t[0]}

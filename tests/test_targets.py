@@ -1,0 +1,198 @@
+"""The conformance catalogue on the accelerator targets.
+
+* ``opencl`` runs everywhere (PoCL's CPU device in CI): every kernel with the device's
+  own mapping, with the GPU mapping (tiles on work-groups, points on work-items, shared
+  memory), and with odd sizes that force cyclic distribution of tiles and points.
+* ``cuda``: every kernel's CUDA source is compiled to PTX with nvcc (no GPU needed);
+  with pycuda and a GPU the kernels also run.
+"""
+import numpy as np
+import pytest
+
+import polytc
+from polytc import KernelRuntimeError, PolytcError, UnsupportedError
+from polytc.runtime import targets
+
+from .kernels import BY_NAME, CATALOGUE
+from .test_kernels import as_tuple, check, params, rng_for
+
+OPENCL = targets.available("opencl")
+needs_opencl = pytest.mark.skipif(not OPENCL, reason="no OpenCL device")
+
+
+def _cuda_ready() -> bool:
+    try:
+        return targets.available("cuda")
+    except PolytcError:
+        return False
+
+
+def _nvcc() -> bool:
+    from polytc.codegen_cuda import nvcc_available
+
+    return nvcc_available()
+
+
+MAPPINGS = {
+    "device": polytc.Options(),
+    "threads": polytc.Options(mapping="threads"),
+    # blocks and tiles that divide nothing, fewer blocks than tiles: every loop cyclic
+    "cyclic": polytc.Options(mapping="threads", block=(3, 5), block_tile=(7, 11),
+                             grid=(2, 3), reduction_tile=4),
+}
+
+
+def run_on(entry, target, options, salt=0):
+    k = polytc.tc(entry.tc, entry.def_name, target=target, options=options)
+    inputs = entry.make(rng_for(entry, salt), **entry.sizes[0])
+    copies = [np.copy(a) for a in inputs]
+    outs = k(*inputs)
+    for a, c in zip(inputs, copies):
+        np.testing.assert_array_equal(a, c)
+    check(entry, k, inputs, outs)
+    return k
+
+
+@needs_opencl
+@pytest.mark.parametrize("mapping", list(MAPPINGS))
+@pytest.mark.parametrize("entry", params(CATALOGUE))
+def test_opencl(entry, mapping):
+    run_on(entry, "opencl", MAPPINGS[mapping])
+
+
+@needs_opencl
+@pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d", "prefix_sum", "mlp2"])
+def test_opencl_several_sizes(name):
+    entry = BY_NAME[name]
+    k = polytc.tc(entry.tc, entry.def_name, target="opencl")
+    for n, sizes in enumerate(entry.sizes):
+        inputs = entry.make(rng_for(entry, 1 + n), **sizes)
+        check(entry, k, inputs, k(*inputs))
+
+
+@needs_opencl
+def test_opencl_out_and_device_arrays():
+    import pyopencl.array as cla
+
+    from polytc.runtime import opencl
+
+    entry = BY_NAME["matmul"]
+    k = polytc.tc(entry.tc, entry.def_name, target="opencl")
+    A, B = entry.make(rng_for(entry), **entry.sizes[0])
+    want = A @ B
+    out = np.full(want.shape, 7, np.float32)
+    assert k(A, B, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+    q = opencl._state()["queue"]
+    dA, dB = cla.to_device(q, A), cla.to_device(q, B)
+    dC = k(dA, dB)  # device in, device out: the data stays on the device
+    assert isinstance(dC, cla.Array) and dC.shape == want.shape
+    np.testing.assert_allclose(dC.get(), want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(polytc.ArgumentError, match="dtype"):
+        k(cla.to_device(q, A.astype(np.float64)), dB)
+
+
+@needs_opencl
+def test_opencl_shared_memory_and_stages():
+    entry = BY_NAME["matmul"]
+    k = polytc.tc(entry.tc, entry.def_name, target="opencl",
+                  options=polytc.Options(mapping="threads"))
+    A, B = entry.make(rng_for(entry), M=70, K=50, N=90)
+    ck = k.specialize(A, B)
+    assert {"tc", "schedule", "mapping", "opencl"} <= set(ck.stages)
+    assert "__local float A_shared" in ck.code and "barrier(" in ck.code
+    assert "get_group_id(1)" in ck.code and "get_local_id(0)" in ck.code
+    assert "shared [('A', [32, 32]), ('B', [32, 32])]" in ck.stages["mapping"]
+    no_shared = k.with_options(mapping="threads", shared_memory=False).specialize(A, B)
+    assert "__local" not in no_shared.code
+    np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-4)
+    assert "target=opencl" in repr(ck)
+
+
+GATHER = "def gather(float(N) T, int32(M) idx) -> (O) {\n    O(i) = T(idx(i))\n}"
+DIV = "def div(int32(N) A, int32(N) B) -> (O) {\n    O(i) = A(i) / B(i)\n}"
+
+
+@needs_opencl
+@pytest.mark.parametrize("mapping", ["device", "threads"])
+def test_opencl_runtime_faults(mapping):
+    g = polytc.tc(GATHER, target="opencl", options=MAPPINGS[mapping])
+    T = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(g(T, np.array([4, 0], np.int32)), [4, 0])
+    with pytest.raises(KernelRuntimeError, match="out of bounds.*'T'") as info:
+        g(T, np.array([1, 99], np.int32))
+    assert "<tc>:2:" in str(info.value) and "T(idx(i))" in str(info.value)
+    d = polytc.tc(DIV, target="opencl", options=MAPPINGS[mapping])
+    A = np.array([6, 7, 8], np.int32)
+    np.testing.assert_array_equal(d(A, np.array([2, 7, -8], np.int32)), [3, 1, -1])
+    with pytest.raises(KernelRuntimeError, match="division by zero"):
+        d(A, np.array([1, 0, 1], np.int32))
+
+
+def test_unknown_target_and_unsupported_builtin():
+    with pytest.raises(PolytcError, match="unknown target 'metal'") as info:
+        polytc.tc(GATHER, target="metal")
+    assert "opencl" in info.value.hint
+    if OPENCL:
+        k = polytc.tc("def f(double(N) A) -> (O) { O(i) = j0(A(i)) }", target="opencl")
+        with pytest.raises(UnsupportedError, match="'j0' is not supported by OpenCL"):
+            k(np.ones(3))
+
+
+def test_kernel_to_target_keeps_options():
+    k = polytc.tc(GATHER, options=polytc.Options(block=(64,)))
+    g = k.to("opencl")
+    assert g.target == "opencl" and k.target == "c" and g.options == k.options
+    assert "target=opencl" in repr(g)
+
+
+# --- CUDA ------------------------------------------------------------------------------
+def cuda_source(entry, options=polytc.Options(), **sizes):
+    from polytc.runtime import pipeline
+    from polytc.runtime.args import as_arrays, bind_sizes
+    from polytc.runtime.cuda import default_device
+
+    k = polytc.tc(entry.tc, entry.def_name)
+    inputs = as_arrays(k.program, entry.make(rng_for(entry), **(sizes or entry.sizes[0])))
+    env = bind_sizes(k.program, inputs)
+    return pipeline.run(k.program, env, options, "cuda", default_device()).code
+
+
+@pytest.mark.skipif(not _nvcc(), reason="nvcc not found")
+@pytest.mark.parametrize("entry", params(CATALOGUE))
+def test_cuda_compiles_to_ptx(entry):
+    from polytc.codegen_cuda import compile_ptx
+
+    src = cuda_source(entry)
+    assert 'extern "C" __global__' in src and "__launch_bounds__" in src
+    ptx = compile_ptx(src)
+    assert ".entry polytc_k0" in ptx
+
+
+@pytest.mark.skipif(not _nvcc(), reason="nvcc not found")
+def test_cuda_shared_memory_source():
+    from polytc.codegen_cuda import compile_ptx
+
+    src = cuda_source(BY_NAME["matmul"], M=70, K=50, N=90)
+    assert "__shared__ float A_shared" in src and "__syncthreads()" in src
+    assert "blockIdx.y" in src and "threadIdx.x" in src
+    assert ".shared" in compile_ptx(src)
+
+
+@pytest.mark.skipif(not _cuda_ready(), reason="no CUDA GPU with pycuda")
+@pytest.mark.parametrize("entry", params(CATALOGUE))
+def test_cuda(entry):
+    run_on(entry, "cuda", polytc.Options())
+
+
+@pytest.mark.skipif(not _cuda_ready(), reason="no CUDA GPU with pycuda")
+def test_cuda_device_arrays():
+    import pycuda.gpuarray as gpuarray
+
+    entry = BY_NAME["matmul"]
+    k = polytc.tc(entry.tc, entry.def_name, target="cuda")
+    A, B = entry.make(rng_for(entry), **entry.sizes[0])
+    dC = k(gpuarray.to_gpu(A), gpuarray.to_gpu(B))
+    assert isinstance(dC, gpuarray.GPUArray)
+    np.testing.assert_allclose(dC.get(), A @ B, rtol=1e-4, atol=1e-5)
+    assert as_tuple(k(A, B))[0].shape == (A.shape[0], B.shape[1])
