@@ -101,6 +101,36 @@ def _onnx_demo():
     print("\n".join("  " + r for r in sess.report().splitlines()[2:8]) + "\n  ...")
 
 
+def _accelerator_demo(ks, cases) -> None:
+    """The same kernels on the OpenCL device (PoCL's CPU device when there is no GPU)
+    and, where pycuda and a GPU are present, on CUDA."""
+    from .runtime import targets
+
+    for target in ("opencl", "cuda"):
+        if not targets.available(target):
+            print(f"\n{target}: no device here, skipped")
+            continue
+        print(f"\nthe same kernels on target={target} "
+              f"({targets.backend(target).device().name})")
+        for name, args, expected in cases:
+            k = ks[name].to(target)
+            t0 = time.perf_counter()
+            got = k(*args)
+            compile_s = time.perf_counter() - t0
+            err = float(np.max(np.abs(got - expected)))
+            assert err < 1e-3 * max(1.0, float(np.max(np.abs(expected)))), (target, name, err)
+            print(f"{name:<10} {compile_s * 1e3:7.0f}ms {_time(k, *args) * 1e3:8.3f}ms "
+                  f"{err:10.2e}  {got.shape}")
+    A, B = cases[0][1]
+    gpu = ks["matmul"].to("opencl").with_options(mapping="threads")
+    if targets.available("opencl"):
+        ck = gpu.specialize(A, B)
+        print("\nmatmul mapped as for a GPU (tiles on work-groups, points on work-items, "
+              "tiles of A and B in local memory):")
+        print("\n".join("  " + line for line in ck.stages["mapping"].splitlines()))
+        np.testing.assert_allclose(gpu(A, B), cases[0][2], rtol=1e-3, atol=1e-3)
+
+
 def main() -> int:
     rng = np.random.default_rng(0)
     f32 = np.float32
@@ -143,6 +173,7 @@ def main() -> int:
     print(f"  compile+first run {compile_s * 1e3:.0f} ms, run {_time(mlp, Xb, W1, b1, W2, b2) * 1e3:.3f} ms"
           f", max |err| vs numpy {err:.2e}, predicted classes {P.argmax(1)[:8]}...")
 
+    _accelerator_demo(ks, cases)
     _onnx_demo()
 
     ck = ks["softmax"].specialize(X)

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import polytc
+import polytc.runtime.targets
 from polytc.lang import reference
 from polytc.lang import sizes as S
 
@@ -86,6 +87,65 @@ def test_random_programs_agree_with_the_oracle(g, sizes, seed, options):
     assert not bad, bad
     # the second call takes the fast path: same answer
     assert not mismatches(kernel(*inputs), g.outputs, expected)
+
+
+_MAPPING_CHOICES = {
+    "mapping": ["threads", "groups"],
+    "fusion": ["auto", "max", "min"],
+    "block": [None, (1,), (3, 5), (2, 2, 4), (64,)],
+    "block_tile": [None, (2, 3), (7, 11), (1, 1, 5)],
+    "grid": [None, (1,), (2, 3), (1, 2, 2)],
+    "reduction_tile": [None, 0, 1, 3],
+    "shared_memory": [True, False],
+    "private_memory": [True, False],
+    "unroll": [0, 4],
+}
+
+
+@st.composite
+def mapping_options(draw):
+    return polytc.Options(**{name: draw(st.sampled_from(values))
+                             for name, values in _MAPPING_CHOICES.items()})
+
+
+@pytest.mark.skipif(not polytc.runtime.targets.available("opencl"), reason="no OpenCL")
+@settings(max_examples=30, **SETTINGS)
+@given(g=progen.programs(), sizes=progen.sizes(), seed=st.integers(0, 2 ** 32 - 1),
+       options=mapping_options())
+def test_random_programs_on_opencl_agree_with_the_oracle(g, sizes, seed, options):
+    """Any mapping (block, tile and grid sizes that divide nothing, shared memory or
+    not) gives the oracle's results on the OpenCL target."""
+    note(g.src)
+    note(f"sizes {sizes}, {options}")
+    kernel = polytc.tc(g.src, options=options, target="opencl")
+    inputs = g.make_inputs(sizes, np.random.default_rng(seed))
+    expected = reference.run(kernel.program, inputs)
+    bad = mismatches(kernel(*inputs), g.outputs, expected)
+    assert not bad, bad
+
+
+def _nvcc() -> bool:
+    from polytc.codegen_cuda import nvcc_available
+
+    return nvcc_available()
+
+
+@pytest.mark.skipif(not _nvcc(), reason="nvcc not found")
+@settings(max_examples=12, **SETTINGS)
+@given(g=progen.programs(), sizes=progen.sizes(), options=mapping_options())
+def test_random_programs_compile_for_cuda(g, sizes, options):
+    from polytc.codegen_cuda import compile_ptx
+    from polytc.runtime import pipeline
+    from polytc.runtime.args import bind_sizes
+    from polytc.runtime.cuda import default_device
+
+    note(g.src)
+    kernel = polytc.tc(g.src)
+    inputs = g.make_inputs(sizes, np.random.default_rng(0))
+    env = bind_sizes(kernel.program, [np.asarray(a) for a in inputs])
+    code = pipeline.run(kernel.program, env, options.replace(mapping="threads"), "cuda",
+                        default_device()).code
+    assert ".entry polytc_k0" in compile_ptx(code)
 
 
 @settings(max_examples=15, **SETTINGS)

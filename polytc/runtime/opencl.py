@@ -101,7 +101,7 @@ def _program(source: str):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            prog = cl.Program(s["context"], source).build()
+            prog = cl.Program(s["context"], source).build(options=["-w"])
     except cl.Error as e:
         raise CompilationError(
             f"the OpenCL compiler failed on generated code:\n{str(e)[:4000]}",
