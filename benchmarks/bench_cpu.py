@@ -1,7 +1,7 @@
 """polytc against numpy, PyTorch (eager and torch.compile) and onnxruntime on the CPU.
 
     python benchmarks/bench_cpu.py [--only name,name] [--repeats N] [--tune-budget SECONDS]
-                                   [--quick] [--in-process]
+                                   [--quick] [--in-process] [--targets c,opencl]
 
 One table: per kernel the median milliseconds of one whole call (inputs ready, output
 allocated by the callee) of polytc with default options, polytc after ``polytc.autotune``
@@ -24,6 +24,12 @@ polytc's output, and every contender's, is checked against numpy's once per kern
 (allclose, rtol=atol=1e-3); a wrong result reads ``WRONG`` and is never timed; a
 contender that raises, or whose worker dies, reads ``fail``.  torch and onnxruntime are
 optional: their columns read ``n/a`` when they are not installed.
+
+``--targets c,opencl`` (or ``c,cuda``) also runs every kernel on polytc's other targets,
+each in a worker of its own, interleaved with the rest: the same TC and options through
+``Kernel.to(target)``, timed as the whole call (numpy in, numpy out: upload, launches,
+download) and as ``CompiledKernel.benchmark()`` (the launches alone, data in place; for
+C the function alone).  A second table gives these times and each target's over C's.
 """
 from __future__ import annotations
 
@@ -366,14 +372,34 @@ def benches() -> list:
 
 # --- contenders -------------------------------------------------------------------------
 
-# --- contenders -------------------------------------------------------------------------
-
 # a family is one library; each runs in a worker process of its own (one process for
 # both polytc columns), in this order (the order of the columns)
 FAMILIES = {"polytc": ["polytc", "tuned"], "numpy": ["numpy"], "torch": ["torch"],
             "torch.compile": ["torch.compile"], "ort": ["ort"]}
 MODULES = {"polytc": "polytc", "numpy": "numpy", "torch": "torch", "torch.compile": "torch",
            "ort": "onnxruntime"}
+# --targets: polytc's accelerator targets, each a family of its own ("polytc.opencl"), in a
+# worker of its own (PoCL's thread pool never shares a process with libgomp's)
+ACCEL_TARGETS = ("opencl", "cuda")
+
+
+def families(targets=("c",)) -> dict:
+    """FAMILIES plus, for every accelerator target in ``targets``, a family
+    ``polytc.<target>`` with the columns ``<target>`` (the whole call, numpy in and out)
+    and ``<target> launch`` (``CompiledKernel.benchmark()``: the launches alone, data on
+    the device); then the C family also gets ``c launch``.  ``("c",)``: FAMILIES."""
+    accel = [t for t in targets if t != "c"]
+    fams = dict(FAMILIES)
+    if accel:
+        fams["polytc"] = FAMILIES["polytc"] + ["c launch"]
+        for t in accel:
+            fams[f"polytc.{t}"] = [t, f"{t} launch"]
+    return fams
+
+
+def accel_target(family: str) -> str | None:
+    """``opencl`` for the family ``polytc.opencl``; None for the others."""
+    return family.split(".", 1)[1] if family.startswith("polytc.") else None
 
 
 def as_tuple(x):
@@ -456,6 +482,9 @@ short = common.short
 def init_family(family, threads) -> str:
     """Import a family's library and set its thread count; its version.  ImportError
     when it is not installed."""
+    target = accel_target(family)
+    if target is not None:
+        return init_target(target, threads)
     mod = __import__(MODULES[family])
     if family in ("torch", "torch.compile"):
         mod.set_num_threads(threads)
@@ -463,10 +492,51 @@ def init_family(family, threads) -> str:
     return getattr(mod, "__version__", "?")
 
 
-def setup_family(family, bench, arrays, refs, threads, tune_budget=0.0, verbose=False):
+def init_target(target: str, threads: int) -> str:
+    """Start polytc's ``target`` runtime (pyopencl and its device, pycuda and the GPU);
+    the version line: pyopencl's (or pycuda's) and the device.  ImportError when the
+    target cannot run here (no package, no device)."""
+    if target == "opencl" and not os.environ.get("POCL_MAX_PTHREAD_COUNT"):
+        # PoCL's CPU device starts one thread per core; the same count as everyone else
+        os.environ["POCL_MAX_PTHREAD_COUNT"] = str(threads)
+    import polytc
+    from polytc.runtime.targets import backend
+
+    try:
+        be = backend(target)
+        dev = be.device()
+    except polytc.PolytcError as e:
+        raise ImportError(f"polytc target {target}: {short(e)}") from None
+    lib = __import__("pyopencl" if target == "opencl" else "pycuda")
+    ver = getattr(lib, "VERSION_TEXT", None) or getattr(lib, "__version__", None) or "?"
+    return f"{ver} on {dev.name}"
+
+
+class LaunchTimer:
+    """A contender timed by ``CompiledKernel.benchmark()``: the kernel's launches (or the
+    C function) alone, inputs already in place, outputs preallocated, no checks.  A
+    sample of ``inner`` calls is the median of ``inner`` launches after one warm-up
+    launch (``benchmark`` times each launch itself); ``quiet``: ``settle`` first (only
+    in --in-process mode; workers settle after every answer)."""
+
+    def __init__(self, compiled, arrays, quiet: bool = False):
+        self.compiled, self.arrays, self.quiet = compiled, arrays, quiet
+
+    def once(self) -> float:
+        return self.sample(1)
+
+    def sample(self, inner: int) -> float:
+        if self.quiet:
+            common.settle()
+        return self.compiled.benchmark(*self.arrays, repeat=inner, warmup=1)["median"]
+
+
+def setup_family(family, bench, arrays, refs, threads, tune_budget=0.0, verbose=False,
+                 launch=False, quiet=False):
     """Build a family's contenders for one kernel, run each once (warm-up, JIT compile)
-    and check its output.  Returns (column -> callable to time, column -> marker string
-    instead of a time, notes)."""
+    and check its output.  Returns (column -> callable to time, or a ``LaunchTimer``;
+    column -> marker string instead of a time; notes).  ``launch``: the polytc families
+    add their ``<target> launch`` column (``quiet``: its ``settle``, in-process)."""
     calls, cells, notes = {}, {}, []
 
     def add(col, make):
@@ -499,6 +569,10 @@ def setup_family(family, bench, arrays, refs, threads, tune_budget=0.0, verbose=
             return lambda: k(*arrays)
 
         add("polytc", make_default)
+        if launch and "polytc" in calls:
+            calls["c launch"] = LaunchTimer(kern["k"].specialize(*arrays), arrays, quiet)
+        elif launch:
+            cells["c launch"] = cells["polytc"]
         if tune_budget > 0 and hasattr(polytc, "autotune"):
             def make_tuned():
                 kt = tuned_kernel(polytc, kern.get("k") or polytc.tc(bench.tc), arrays,
@@ -508,6 +582,24 @@ def setup_family(family, bench, arrays, refs, threads, tune_budget=0.0, verbose=
             add("tuned", make_tuned)
         else:
             cells["tuned"] = "-"
+    elif accel_target(family) is not None:
+        import polytc
+
+        target = accel_target(family)
+        kern = {}
+
+        def make_target():
+            # the same kernel as the polytc column's, on another target
+            kern["k"] = k = polytc.tc(bench.tc).to(target)
+            k.specialize(*arrays)  # compile (or load from the disk cache)
+            return lambda: k(*arrays)
+
+        add(target, make_target)
+        col = f"{target} launch"
+        if target in calls:
+            calls[col] = LaunchTimer(kern["k"].specialize(*arrays), arrays, quiet)
+        else:
+            cells[col] = cells.get(target, "fail")
     elif family == "numpy":
         add("numpy", lambda: (lambda: bench.numpy(*arrays)))
     elif family in ("torch", "torch.compile"):
@@ -547,6 +639,7 @@ def setup_family(family, bench, arrays, refs, threads, tune_budget=0.0, verbose=
 #   ("setup", kernel, arrays, refs, opts) -> ("ok", ready columns, cells, notes)
 #   ("once", column)                  -> ("ok", seconds of one call)
 #   ("sample", column, inner)         -> ("ok", seconds per call over inner calls)
+#                                        (a LaunchTimer column: the median launch time)
 #   ("quit",)
 # Any request may be answered ("error", why).  Before answering a request that ran the
 # kernel the worker waits until its own threads stop spinning (common.settle), so the
@@ -625,12 +718,17 @@ def worker_main(family: str, threads: int, malloc: bool = True) -> int:
                 quiet = opts.get("quiet", True)
                 calls, cells, notes = setup_family(
                     family, by_name[name], arrays, refs, threads,
-                    opts.get("tune_budget", 0.0), opts.get("verbose", False))
+                    opts.get("tune_budget", 0.0), opts.get("verbose", False),
+                    opts.get("launch", False))
                 reply = ("ok", list(calls), cells, notes)
             elif op == "once":
-                reply = ("ok", common.time_once(calls[msg[1]]))
+                fn = calls[msg[1]]
+                reply = ("ok", fn.once() if isinstance(fn, LaunchTimer)
+                         else common.time_once(fn))
             elif op == "sample":
-                reply = ("ok", common.time_sample(calls[msg[1]], msg[2]))
+                fn = calls[msg[1]]
+                reply = ("ok", fn.sample(msg[2]) if isinstance(fn, LaunchTimer)
+                         else common.time_sample(fn, msg[2]))
             else:
                 reply = ("error", f"unknown request {op!r}")
             if quiet:
@@ -784,8 +882,8 @@ class Remote:
         return self.worker.call(("sample", self.col, inner), self.timeout)
 
 
-def start_workers(threads, malloc: bool = True) -> dict:
-    workers = {f: Worker(f, threads, malloc) for f in FAMILIES}
+def start_workers(threads, malloc: bool = True, fams=None) -> dict:
+    workers = {f: Worker(f, threads, malloc) for f in (fams or FAMILIES)}
     for w in workers.values():   # start them all, then wait: the imports overlap
         w.start()
     return workers
@@ -793,32 +891,36 @@ def start_workers(threads, malloc: bool = True) -> dict:
 
 # --- one kernel -------------------------------------------------------------------------
 
-def run_bench(bench, args, threads, rng, notes, workers=None):
+def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None):
     """One row of the table.  ``workers``: family -> Worker (each library in its own
-    process); None: every library in this process (``--in-process``)."""
+    process); None: every library in this process (``--in-process``).  With accelerator
+    ``--targets``, the row of the targets table is appended to ``target_rows``."""
+    fams = families(args.targets)
     arrays = [placed(a, args.input_offset) for a in bench.inputs(rng)]
     ref = bench.numpy(*arrays)
     refs = tuple(np.asarray(r) for r in as_tuple(ref))
     contenders = {}  # column -> what to time (a callable, or a Remote)
     cells = {}       # column -> marker string instead of a time
     if workers is None:
-        for family, cols in FAMILIES.items():
+        for family, cols in fams.items():
             if family not in _READY:
                 for col in cols:
                     cells[col] = ("-" if col == "tuned" and args.tune_budget <= 0
                                   else _READY_CELL.get(family, "n/a"))
                 continue
             calls, c, n = setup_family(family, bench, arrays, refs, threads,
-                                       args.tune_budget, args.verbose)
+                                       args.tune_budget, args.verbose,
+                                       len(fams) > len(FAMILIES), not args.no_settle)
             contenders.update(calls)
             cells.update(c)
             notes.extend(n)
     else:
         common.settle()  # this process's OpenBLAS threads, from the reference
         opts = {"tune_budget": args.tune_budget, "verbose": args.verbose,
-                "quiet": not args.no_settle, "offsets": [a.ctypes.data % 64 for a in arrays]}
+                "quiet": not args.no_settle, "offsets": [a.ctypes.data % 64 for a in arrays],
+                "launch": len(fams) > len(FAMILIES)}
         setup_timeout = 1800 + 3 * args.tune_budget
-        for family, cols in FAMILIES.items():
+        for family, cols in fams.items():
             w = workers[family]
             if w.missing is not None:
                 for col in cols:
@@ -887,6 +989,45 @@ def run_bench(bench, args, threads, rng, notes, workers=None):
     if any(n != args.repeats for n in samples.values()):
         notes.append(f"{bench.name}: samples per column "
                      + ", ".join(f"{c} {n}" for c, n in samples.items()))
+    if target_rows is not None and len(fams) > len(FAMILIES):
+        target_rows.append(target_row(bench.name, args.targets, times, cells, notes))
+    return row
+
+
+def target_cols(targets) -> list:
+    """The targets table's columns (after ``kernel``)."""
+    cols = ["c"]
+    for t in targets:
+        if t != "c":
+            cols += [t, f"{t}/c"]
+    cols.append("c launch")
+    for t in targets:
+        if t != "c":
+            cols += [f"{t} launch", f"{t}/c launch"]
+    return cols
+
+
+def target_row(name, targets, times, cells, notes) -> list:
+    """One row of the targets table: polytc's times on each target, whole call and
+    launches alone, and each accelerator target's time over C's."""
+    def ms(col):
+        return cells.get(col) or common.fmt_ms(times.get(col))
+
+    def ratio(col, base):
+        return (times[col] / times[base] if col in times and base in times
+                else math.nan)
+
+    row = [name, ms("polytc")]
+    for t in targets:
+        if t != "c":
+            r = ratio(t, "polytc")
+            row += [ms(t), common.fmt_ratio(r)]
+            if r > 2:
+                notes.append(f"{name}: {t} takes {r:.1f} times as long as c (whole call)")
+    row.append(ms("c launch"))
+    for t in targets:
+        if t != "c":
+            row += [ms(f"{t} launch"), common.fmt_ratio(ratio(f"{t} launch", "c launch"))]
     return row
 
 
@@ -922,8 +1063,20 @@ def main(argv=None):
                     help="leave glibc malloc's adaptive thresholds in the workers (by "
                          "default they are fixed, so repeated big allocations reuse memory "
                          "instead of faulting in fresh pages)")
+    ap.add_argument("--targets", default="c",
+                    help="comma-separated polytc targets: c (always), opencl, cuda; each "
+                         "accelerator target times the same kernels in a worker of its "
+                         "own (whole call, numpy in and out, and the launches alone) and "
+                         "a second table gives its times over c's (default: c)")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = ap.parse_args(argv)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    bad = [t for t in targets if t != "c" and t not in ACCEL_TARGETS]
+    if bad:
+        ap.error(f"unknown target(s) {', '.join(bad)}; choose from c, "
+                 + ", ".join(ACCEL_TARGETS))
+    # c is the reference of every ratio: always there, first
+    args.targets = ["c"] + [t for t in dict.fromkeys(targets) if t != "c"]
     if args.repeats is None:
         args.repeats = 5 if args.quick else 15
     if args.min_sample is None:
@@ -943,11 +1096,12 @@ def main(argv=None):
         chosen = [bb for bb in all_benches if bb.quick or not args.quick]
 
     threads = common.default_threads()
+    fams = families(args.targets)
     workers = None
     try:
         early_notes = []
         if args.in_process:
-            for family in FAMILIES:
+            for family in fams:
                 try:
                     _READY[family] = init_family(family, threads)
                 except ImportError:
@@ -956,9 +1110,9 @@ def main(argv=None):
                     _READY_CELL[family] = "fail"
                     early_notes.append(f"{family}: {short(e)}")
             versions = dict(_READY)
-            missing = {f for f in FAMILIES if _READY_CELL.get(f) == "n/a"}
+            missing = {f for f in fams if _READY_CELL.get(f) == "n/a"}
         else:
-            workers = start_workers(threads, not args.default_malloc)
+            workers = start_workers(threads, not args.default_malloc, fams)
             for w in workers.values():
                 try:
                     w.hello()
@@ -983,6 +1137,14 @@ def report(args, chosen, threads, workers, versions, missing, notes):
             vers.append(f"{lib} not installed")
         else:
             vers.append(f"{lib} failed to import")
+    for t in args.targets[1:]:
+        family = f"polytc.{t}"
+        if versions.get(family):
+            vers.append(f"{t}: {'pyopencl' if t == 'opencl' else 'pycuda'} "
+                        f"{versions[family]}")
+        else:
+            vers.append(f"{t}: " + ("not available" if family in missing
+                                    else "failed to start"))
 
     load0 = common.load_average()
     peak = common.measure_peak(threads)
@@ -1002,11 +1164,12 @@ def report(args, chosen, threads, workers, versions, missing, notes):
 
     rng = np.random.default_rng(0)
     rows = []
+    target_rows = [] if len(args.targets) > 1 else None
     t_start = time.perf_counter()
     for bench in chosen:
         t0 = time.perf_counter()
         try:
-            rows.append(run_bench(bench, args, threads, rng, notes, workers))
+            rows.append(run_bench(bench, args, threads, rng, notes, workers, target_rows))
         except Exception as e:  # noqa: BLE001 -- one broken kernel does not end the run
             rows.append([bench.name] + ["fail"] + [""] * (len(COLUMNS) - 2))
             notes.append(f"{bench.name}: {short(e)}")
@@ -1015,6 +1178,14 @@ def report(args, chosen, threads, workers, versions, missing, notes):
     print()
     print(common.table(COLUMNS, rows))
     print()
+    if target_rows is not None:
+        print(common.table(["kernel"] + target_cols(args.targets), target_rows))
+        print()
+        print("polytc on each target, the same kernels and options: whole call (numpy in, "
+              "numpy out: upload, launches, download) and launch = "
+              "CompiledKernel.benchmark(), the launches (C: the function) alone with the "
+              "data in place, median of each sample's launches; <t>/c: that time over c's "
+              "(above 1: slower than c)")
     print("sizes: " + "; ".join(f"{bb.name} {bb.sizes}" for bb in chosen))
     print("best = fastest of numpy, torch, torch.compile, ort; GFLOP/s and GB/s (compulsory "
           "traffic: inputs + outputs once) are polytc's (the faster of default and tuned)")

@@ -5,6 +5,8 @@
     polytc compile MODEL.onnx [--shape x=1x3x224x224 ...] [--show groups|graph|tc]
     polytc run MODEL.onnx --input inputs.npz [--output outputs.npz]
 
+``compile`` and ``run`` take ``--target c|opencl|cuda`` (default c).
+
 Every polytc error prints ``error: ...`` (and its hint) on stderr and exits with status 1.
 """
 from __future__ import annotations
@@ -79,6 +81,11 @@ def _error(text: str) -> int:
 
 
 def _model_options(p):
+    from .onnx import TARGETS
+
+    # no argparse choices: an unknown target is reported as polytc.onnx reports it
+    p.add_argument("--target", default="c", metavar="|".join(TARGETS),
+                   help="compile the model's groups for this target (default c)")
     p.add_argument("--no-fuse", action="store_true", help="compile every op alone")
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="skip a graph pass (see polytc.graph.passes.PASSES); repeatable")
@@ -92,7 +99,8 @@ def _session(args):
     for d in args.disable:
         if d not in names:
             raise CLIError(f"--disable {d}: no such graph pass (passes: {', '.join(names)})")
-    return ponnx.compile(args.model, fuse=not args.no_fuse, disable=tuple(args.disable))
+    return ponnx.compile(args.model, target=args.target, fuse=not args.no_fuse,
+                         disable=tuple(args.disable))
 
 
 def _parse_shapes(specs, session) -> dict:

@@ -22,7 +22,10 @@ import numpy as np
 from .diagnostics import ModelError, UnsupportedError, user_boundary
 from .options import Options
 
-TARGETS = ("c",)
+#: the C target, or an accelerator's (see ``polytc.runtime.targets``): on ``opencl`` and
+#: ``cuda`` every group compiles for the device and a run keeps the values there
+#: (``polytc.runtime.graph_exec``), uploading the inputs and downloading the outputs
+TARGETS = ("c", "opencl", "cuda")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,21 @@ def _type_name(dtype) -> str:
     return "tensor(" + {"float32": "float", "float64": "double"}.get(dt.name, dt.name) + ")"
 
 
+def _check_device(target: str):
+    """Raise a polytc error (not an ImportError, nor a bug report from the first group's
+    compile) when ``target``'s runtime or device is missing in this process."""
+    from .diagnostics import PolytcError
+    from .runtime import targets
+
+    try:
+        targets.backend(target).device()
+    except PolytcError as e:
+        here = [t for t in TARGETS if t == "c" or t != target and targets.available(t)]
+        hint = f"targets: {', '.join(here)}" + (f"; {e.hint}" if e.hint else "")
+        raise UnsupportedError(f"target '{target}' is not available here: {e.message}",
+                               hint=hint) from None
+
+
 class Session:
     """A compiled model.  Build it with ``polytc.onnx.compile``."""
 
@@ -54,6 +72,8 @@ class Session:
         if target not in TARGETS:
             raise UnsupportedError(f"target '{target}' is not available for models",
                                    hint=f"targets: {', '.join(TARGETS)}")
+        if target != "c":
+            _check_device(target)
         t0 = time.perf_counter()
         self.graph, self.stages = passes.run(import_model(model, where), disable)
         check_supported(self.graph)  # every unsupported op at once, before compiling
@@ -96,7 +116,7 @@ class Session:
         if p is None:
             p = self._plans[key] = Plan(self.graph, {v: tuple(shapes[v])
                                                      for v in self.graph.inputs},
-                                        self.options, self.fuse)
+                                        self.options, self.fuse, self.target)
         return p
 
     def report(self) -> str:
@@ -105,8 +125,9 @@ class Session:
                "passes"]
         for key, p in self._plans.items():
             out.append(f"input shapes {list(map(list, key))}: {sum(1 for s in p.steps if hasattr(s, 'stmts'))} "
-                       f"compiled groups, {p.timings['compile']:.2f} s to compile, arena "
-                       f"{p.arena_bytes / 1e6:.1f} MB")
+                       f"compiled groups, {p.timings['compile']:.2f} s to compile, " +
+                       (f"arena {p.arena_bytes / 1e6:.1f} MB" if p.device is None else
+                        f"values on the {self.target} device"))
             out.extend("  " + line for line in p.report())
         return "\n".join(out)
 
@@ -182,7 +203,8 @@ def compile(model, target: str = "c", options: Options | None = None, *, fuse: b
             disable=()) -> Session:  # noqa: A001 - the name users expect
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) into a ``Session``.
 
-    ``options`` apply to every compiled group; ``fuse=False`` compiles each op alone;
+    ``target``: ``c``, ``opencl`` or ``cuda`` (see ``TARGETS``); ``options`` apply to
+    every compiled group; ``fuse=False`` compiles each op alone;
     ``disable`` names graph passes to skip (see ``polytc.graph.passes.PASSES``)."""
     return Session(model, target, options, fuse, disable)
 

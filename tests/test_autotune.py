@@ -13,12 +13,16 @@ import pytest
 import polytc
 from polytc.lang import reference
 from polytc.options import FUSIONS, Options
-from polytc.runtime import tuning
-from polytc.tiling.autotune import Search, Space, crossover, mutate
+from polytc.runtime import targets, tuning
+from polytc.tiling.autotune import (ACCEL_FIELDS, BLOCK_THREADS, Search, Space, crossover,
+                                    mutate)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from tests.kernels_small import MATMUL, SOFTMAX
+
+OPENCL = targets.available("opencl")
+needs_opencl = pytest.mark.skipif(not OPENCL, reason="no OpenCL device")
 
 
 @pytest.fixture
@@ -98,6 +102,91 @@ def test_mutate_and_crossover():
         assert c.fusion in ("max", "min") and c.tile in (None, (8, 16, 32))
 
 
+# --- the accelerator space ---------------------------------------------------------------
+#: spaces as the probe builds them: PoCL (a CPU device), GPUs of one, two, three mapped
+#: loops (known and unknown extents), a device of 256 threads per block, CUDA
+ACCEL_SPACES = [
+    Space(target="opencl", device_kind="cpu", max_block=4096, compute_units=2, dims=2,
+          extents=(64, 100)),
+    Space(target="opencl", device_kind="gpu", compute_units=80, dims=1, extents=(5000,)),
+    Space(target="opencl", device_kind="gpu", max_block=256, dims=3, extents=(0, 4, 1000)),
+    Space(target="cuda", device_kind="gpu", compute_units=132, dims=2, extents=(7, 3)),
+    Space(target="cuda", device_kind="gpu", dims=3, contraction=False),
+    Space(target="opencl", device_kind="cpu", dims=2, pinned_mapping="threads"),
+]
+
+
+def _check_accel(o: Options, space: Space):
+    """``o`` is a valid candidate of ``space``: the checks of Options itself passed (it
+    exists), and the mapping fields are in range."""
+    Options.from_json(o.to_json())  # round-trips, validates again
+    mapping = space.resolve(o)
+    assert mapping in space.mappings
+    if o.block is not None:
+        assert len(o.block) == space.dims and min(o.block) >= 1
+        assert math.prod(o.block) <= min(1024, space.max_block)
+        x = o.block[-1]
+        cap_x = space._caps()[-1]
+        assert x in BLOCK_THREADS or x == cap_x or x == math.prod(o.block), o.block
+    if o.block_tile is not None:
+        block = space._effective_block(o.block)
+        assert len(o.block_tile) == space.dims
+        assert all(t % b == 0 and t >= b for t, b in zip(o.block_tile, block)), o
+    assert o.reduction_tile in (None, 0, 8, 16, 32, 64)
+    assert o.unroll in (0, 4, 8, 16)
+    assert o.num_threads is None  # no OpenMP threads on a device
+    if mapping == "threads":  # the other mapping's fields stay at their defaults
+        assert (o.tile, o.register_tile, o.grid, o.vectorize, o.parallel) == \
+            (None, None, None, True, True)
+    else:
+        assert (o.block, o.block_tile, o.reduction_tile, o.unroll) == (None, None, None, 0)
+        assert o.shared_memory and o.private_memory
+    if not space.contraction:
+        assert o.tile is None and o.register_tile is None and o.reduction_tile is None
+
+
+@pytest.mark.parametrize("space", ACCEL_SPACES, ids=lambda s: f"{s.target}-{s.dims}d")
+def test_accelerator_space_samples_valid_options(space):
+    import random
+
+    rng = random.Random(7)
+    assert set(space.fields) <= set(ACCEL_FIELDS) and "num_threads" not in space.fields
+    assert ("mapping" in space.fields) == (space.target == "opencl"
+                                          and space.pinned_mapping is None)
+    seen, pool = set(), [space.base, *space.seeds]
+    for i in range(300):  # mutations of mutations, and crossovers
+        if i % 3 == 2 and len(pool) >= 2:
+            child = crossover(rng.choice(pool), rng.choice(pool), space, rng)
+        else:
+            child = mutate(rng.choice(pool[-8:] + [space.base]), space, rng)
+        _check_accel(child, space)
+        pool.append(child)
+        seen.add(child.to_json())
+        for f in ("block", "block_tile"):  # each field sampled directly, too
+            v = space.sample(f, getattr(child, f), rng, child)
+            _check_accel(space.fix(child.replace(**{f: v})), space)
+    assert len(seen) > 100  # it explores
+    blocks = {Options.from_json(j).block for j in seen} - {None}
+    assert len(blocks) >= (3 if space.dims > 1 and min(space._caps()) >= 32 else 2)
+    mappings = {space.resolve(Options.from_json(j)) for j in seen}
+    assert mappings == set(space.mappings)
+    # the generator over this space: deterministic, deduplicated, all valid
+    a, b = _drive(0, space, generations=4), _drive(0, space, generations=4)
+    assert a == b and len(set(a)) == len(a)
+    assert Options.from_json(a[0]) == space.base
+    for j in a:
+        _check_accel(Options.from_json(j), space)
+
+
+def test_c_space_has_no_mapping_fields():
+    space = Space(lanes=8, cores=4)
+    assert not space.accelerator and space.seeds == () and space.base == Options()
+    assert not {"mapping", "block", "block_tile", "unroll"} & set(space.fields)
+    for j in _drive(2, space, generations=4):
+        o = Options.from_json(j)
+        assert (o.mapping, o.block, o.block_tile, o.unroll) == ("auto", None, None, 0)
+
+
 # --- the tuning cache ---------------------------------------------------------------------
 def test_tuning_cache_store_lookup(cache_dir, monkeypatch):
     k = polytc.tc(MATMUL)
@@ -127,6 +216,24 @@ def test_tuning_cache_store_lookup(cache_dir, monkeypatch):
     assert tuning.lookup(k.program, env) is None
     assert tuning.remove(k.program, env)
     assert not os.path.exists(path)
+
+
+@needs_opencl
+def test_tuning_cache_is_per_target(cache_dir):
+    k = polytc.tc(MATMUL)
+    env = {"M": 8, "K": 4, "N": 16}
+    c_opts, cl_opts = Options(fusion="max"), Options(mapping="threads", block=(4, 32))
+    tuning.store(k.program, env, c_opts)
+    assert tuning.lookup(k.program, env, target="opencl") is None
+    tuning.store(k.program, env, cl_opts, target="opencl")
+    assert tuning.lookup(k.program, env) == c_opts
+    assert tuning.lookup(k.program, env, target="opencl") == cl_opts
+    assert tuning.tuning_key(k.program, env) != tuning.tuning_key(k.program, env, "opencl")
+    tuning.clear_memo()  # from disk
+    assert tuning.lookup(k.program, env, target="opencl") == cl_opts
+    assert tuning.remove(k.program, env, target="opencl")
+    assert tuning.lookup(k.program, env, target="opencl") is None
+    assert tuning.lookup(k.program, env) == c_opts
 
 
 def test_kernel_uses_tuned_options_unless_explicit(cache_dir):
@@ -180,6 +287,103 @@ def test_autotune_survives_crashes_and_hangs(cache_dir, capsys):
     assert best.tuning["options"] not in [hist[n]["options"] for n in faults]
     np.testing.assert_allclose(best(X), _oracle(k, X)[0], rtol=1e-4, atol=1e-5)
     assert capsys.readouterr().err == ""  # verbose=False
+
+
+def _cl_matmul_inputs(n=48, seed=2):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, n + 8)).astype(np.float32),
+            rng.standard_normal((n + 8, n)).astype(np.float32))
+
+
+@needs_opencl
+def test_autotune_opencl_matmul(cache_dir, capsys):
+    """Both mappings are searched; the result runs on OpenCL, is stored for OpenCL only."""
+    A, B = _cl_matmul_inputs()
+    k = polytc.tc(MATMUL, target="opencl")
+    best = polytc.autotune(k, A, B, budget=60, population=5, generations=2, seed=0,
+                           timeout=20)
+    assert isinstance(best, polytc.Kernel) and best._explicit and best.target == "opencl"
+    rec = best.tuning
+    assert rec["target"] == "opencl" and rec["candidates"] == 10 and rec["failed"] == 0
+    assert rec["time"] <= rec["default_time"]
+    assert rec["space"]["dims"] == 2 and rec["space"]["extents"] == [48, 48]
+    assert {"mapping", "block", "block_tile", "unroll", "tile"} <= set(rec["space"]["fields"])
+    assert best.options == Options.from_json(json.dumps(rec["options"]))
+    space = Space(target="opencl", device_kind=rec["space"]["device_kind"], dims=2,
+                  extents=(48, 48))
+    tried = [Options(**r["options"]) for r in rec["history"]]
+    for o in tried[1:]:
+        _check_accel(o, space)
+    # the mapping options were searched: both mappings, and fields of each
+    assert {space.resolve(o) for o in tried} == {"threads", "groups"}
+    assert any(o.mapping != "auto" for o in tried)
+    assert sum(o != Options() and space.resolve(o) == "threads" for o in tried) >= 2
+    np.testing.assert_allclose(best(A, B), _oracle(k, A, B)[0], rtol=1e-3, atol=1e-3)
+    assert "autotune matmul: best" in capsys.readouterr().err
+    # stored for OpenCL on this device, not for C
+    env = {"M": 48, "K": 56, "N": 48}
+    assert tuning.lookup(k.program, env, target="opencl") == best.options
+    assert tuning.lookup(k.program, env) is None
+
+
+@needs_opencl
+def test_autotune_opencl_threads_searches_blocks(cache_dir):
+    """A kernel whose options name the ``threads`` mapping is tuned within it: blocks,
+    their tiles, the reduction tile, promotion and unrolling (as on a GPU)."""
+    A, B = _cl_matmul_inputs()
+    k = polytc.tc(MATMUL, target="opencl", options=Options(mapping="threads"))
+    best = polytc.autotune(k, A, B, budget=60, population=6, generations=2, seed=0,
+                           timeout=20, verbose=False)
+    rec = best.tuning
+    assert rec["candidates"] == 12 and rec["failed"] == 0
+    assert "mapping" not in rec["space"]["fields"]
+    tried = [Options(**r["options"]) for r in rec["history"]]
+    assert tried[0] == Options(mapping="threads")  # the cost model's sizes first
+    assert all(o.mapping == "threads" for o in tried)
+    blocks = {o.block for o in tried} - {None}
+    assert len(blocks) >= 2, blocks
+    assert all(math.prod(b) <= 1024 for b in blocks)
+    changed = {f for o in tried for f in ACCEL_FIELDS
+               if getattr(o, f) != getattr(Options(mapping="threads"), f)}
+    assert {"block", "block_tile"} <= changed and len(changed) >= 4, changed
+    assert best.options.mapping == "threads" and best.target == "opencl"
+    assert rec["time"] <= rec["default_time"]
+    np.testing.assert_allclose(best(A, B), A @ B, rtol=1e-3, atol=1e-3)
+
+
+@needs_opencl
+def test_autotune_opencl_isolates_failures(cache_dir):
+    """Crashing, raising and wrong candidates on OpenCL score inf, as on C."""
+    A, B = _cl_matmul_inputs(16)
+    k = polytc.tc(MATMUL, target="opencl")
+    faults = {1: "crash", 2: "compile:crash", 3: "raise", 4: "wrong"}
+    best = polytc.autotune(k, A, B, budget=60, population=5, generations=2, seed=1,
+                           timeout=20, verbose=False, _faults=faults)
+    hist = {r["n"]: r for r in best.tuning["history"]}
+    assert "SIGSEGV" in hist[1]["error"]
+    assert "SIGSEGV" in hist[2]["error"] and hist[2]["error"].startswith("compile")
+    assert "injected failure" in hist[3]["error"]
+    assert "differs from the reference" in hist[4]["error"]
+    assert all(math.isinf(hist[n]["time"]) for n in faults)
+    assert len(hist) == 10 and any(math.isfinite(hist[n]["time"]) for n in range(5, 10))
+    assert best.tuning["options"] not in [hist[n]["options"] for n in faults]
+    np.testing.assert_allclose(best(A, B), A @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(targets.available("cuda"), reason="checks the no-GPU behaviour")
+def test_autotune_cuda_without_a_gpu(cache_dir):
+    """Where CUDA kernels cannot run, every candidate fails in its worker; the search
+    ends and keeps the kernel's options on the cuda target."""
+    A, B = _matmul_inputs(8)
+    k = polytc.tc(MATMUL, target="cuda")
+    best = polytc.autotune(k, A, B, budget=30, population=3, generations=1,
+                           timeout=20, verbose=False)
+    rec = best.tuning
+    assert best.target == "cuda" and best.options == k.options
+    assert rec["candidates"] == 3 and rec["failed"] == 3 and rec["options"] is None
+    assert rec["space"]["target"] == "cuda" and "mapping" not in rec["space"]["fields"]
+    assert "block" in rec["space"]["fields"]
+    assert all("error" in r for r in rec["history"])
 
 
 def test_autotune_from_an_unguarded_script(tmp_path):

@@ -169,7 +169,9 @@ class GpuEmitter(CEmitter):
         return c.Statement(self.dialect.barrier) if self.threads() > 1 else c.Line("")
 
     def simd_loop(self, header, body) -> list:
-        return [c.For(*header, body)]
+        """The loops over an accumulator array of a register tile: unrolled, so that
+        the array lives in registers (LLVM keeps an indexed array on the stack)."""
+        return [c.Pragma("unroll"), c.For(*header, body)]
 
     def pragma(self, mark: str):
         return None

@@ -98,27 +98,29 @@ class AcceleratorKernel:
 
     # --- one call ------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):
+        """Inputs may be host or device arrays; with a device input (and no ``outs``,
+        which are host arrays) the outputs stay on the device."""
         on_device = any(self.is_device_array(a) for a in inputs)
+        like = self.library(inputs)
         args = [a if self.is_device_array(a) else self.upload(a) for a in inputs]
         try:
-            douts = [self.empty(s, d, z) for s, d, z in
+            douts = [self.empty(s, d, z, like) for s, d, z in
                      zip(self.out_shapes, self.out_dtypes, self.out_zero)]
         except (MemoryError, ValueError) as e:
             raise PolytcError(f"{self.program.name}: cannot allocate outputs of shapes "
                               f"{self.out_shapes} ({e})") from None
-        try:
+        try:  # temporaries and the fault word, reused across calls
             scratch = self._scratch.pop()
         except IndexError:
-            scratch = [self.empty(s, d, False) for s, d, _ in self.temps]
+            scratch = [self.empty(s, d, False) for s, d, _ in self.temps] + \
+                [self.empty((1,), np.int32, False)]
         try:
-            for buf, (_, _, zero) in zip(scratch, self.temps):
+            for buf, (_, _, zero) in zip(scratch, self.temps + [(0, 0, True)]):
                 if zero:
                     self.fill_zero(buf)
-            err = self.empty((1,), np.int32, True)
-            ptrs = args + douts + scratch + [err]
             for launch in self.launches:
-                self.launch(launch, ptrs)
-            rc = int(self.download(err)[0])
+                self.launch(launch, args + douts + scratch)
+            rc = int(self.download(scratch[-1])[0])
         finally:
             self._scratch.append(scratch)
         if rc:
@@ -126,9 +128,15 @@ class AcceleratorKernel:
         if on_device and outs is None:
             result = douts
         else:
-            result = [self.download(o, into) for o, into in
-                      zip(douts, outs or [None] * len(douts))]
+            result = [self.download(o, into) if 0 not in shape else
+                      (into if into is not None else np.empty(shape, dtype))
+                      for o, into, shape, dtype in
+                      zip(douts, outs or [None] * len(douts), self.out_shapes, self.out_dtypes)]
         return result[0] if len(result) == 1 else tuple(result)
+
+    def library(self, inputs) -> str:
+        """Which array library device outputs should belong to ("" for the runtime's)."""
+        return ""
 
     def _fail(self, rc):
         if rc < 0 or rc > len(self.sites):

@@ -153,26 +153,24 @@ class Compiled(AcceleratorKernel):
         self.drv, self.gpuarray = s["drv"], s["gpuarray"]
         module = self.drv.module_from_buffer(ptx(source).encode())
         self.functions = {l["name"]: module.get_function(l["name"]) for l in self.launches}
-        self._like = ""
 
-    def run(self, inputs, outs=None):
-        self._like = next((_library(a) for a in inputs if self.is_device_array(a)), "")
-        return super().run(inputs, outs)
+    def library(self, inputs) -> str:
+        return next((_library(a) for a in inputs if self.is_device_array(a)), "")
 
     def is_device_array(self, a) -> bool:
         return hasattr(a, "gpudata") or hasattr(a, "__cuda_array_interface__") or (
             hasattr(a, "__dlpack_device__") and not isinstance(a, np.ndarray))
 
     def upload(self, a):
-        return self.gpuarray.to_gpu(np.ascontiguousarray(a))
+        return self.gpuarray.to_gpu(np.ascontiguousarray(a).reshape(np.shape(a)))
 
-    def empty(self, shape, dtype, zero):
-        if self._like == "torch":
+    def empty(self, shape, dtype, zero, like=""):
+        if like == "torch":
             import torch
 
             t = getattr(torch, np.dtype(dtype).name if dtype != np.bool_ else "bool")
             return (torch.zeros if zero else torch.empty)(shape, dtype=t, device="cuda")
-        if self._like == "cupy":
+        if like == "cupy":
             import cupy
 
             return (cupy.zeros if zero else cupy.empty)(shape, dtype)

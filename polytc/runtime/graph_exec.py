@@ -6,6 +6,14 @@ Memory planning gives every intermediate value a slot in a small arena of 64-byt
 aligned buffers, reused as soon as the last reader of a value has run (best fit by size);
 views share their source's slot and keep it alive.  Values the user gets back (graph
 outputs and views of them) are freshly allocated at each run.
+
+On an accelerator target (``opencl``, ``cuda``) the values stay on the device: a run
+uploads the feeds once (the constants were uploaded when the plan was made), each group's
+compiled kernel takes and returns device arrays, views reshape device arrays (always
+contiguous: every device value is a whole buffer), and only the requested outputs are
+downloaded.  There is no device arena: an accelerator kernel allocates its outputs at each
+call, so every intermediate value gets its own device buffer, dropped (and freed by its
+Python owner) right after its last reader has run; the host arena is not allocated.
 """
 from __future__ import annotations
 
@@ -17,15 +25,16 @@ import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import config
-from ..diagnostics import InternalError, ModelError, PolytcError
+from ..diagnostics import CompilationError, InternalError, ModelError, PolytcError
 from ..graph.bind import bind
 from ..graph.group import Group, View, form_groups
 from .memory import aligned_copy, aligned_empty
 
 
 class Plan:
-    def __init__(self, graph, shapes: dict, options, fuse: bool = True):
+    def __init__(self, graph, shapes: dict, options, fuse: bool = True, target: str = "c"):
         t0 = time.perf_counter()
+        self.target = target
         self.bound = bind(graph, shapes)
         self.steps = form_groups(self.bound, fuse)
         self.outputs = graph.outputs
@@ -42,7 +51,18 @@ class Plan:
         consts = self.bound.graph.constants
         # aligned once here (0-d stays 0-d), so kernels never copy weights at run time
         self.constants = {v: aligned_copy(np.asarray(c)) for v, c in consts.items()}
+        #: on an accelerator target, a compiled kernel whose upload/download move values
+        #: (any one will do: they share the device); None on the C target, or when no
+        #: group was compiled (then only views run, on host arrays)
+        self.device = None
+        if target != "c" and self.kernels:
+            self.device = next(iter(self.kernels.values()))
         self._plan_memory()
+        if self.device is not None:  # the constants the steps read, uploaded once
+            read = {v for s in self.steps for v in ([s.source] if isinstance(s, View)
+                                                    else s.inputs)}
+            self.dconstants = {v: self.device.upload(c) for v, c in self.constants.items()
+                               if v in read}
         self._lock = threading.Lock()
 
     def _compile(self, group: Group, options):
@@ -57,7 +77,7 @@ class Plan:
         try:
             program = check(parse(text, f"<{group.name}>")[0], Source(text, f"<{group.name}>"))
             program = inline_temporaries(program)
-            kernel = Kernel(program, options)
+            kernel = Kernel(program, options, target=self.target)
             refs = self.bound.refs
             try:  # arrays only for their shapes: zero strides, no memory
                 args = [np.lib.stride_tricks.as_strided(np.zeros((), refs[v].dtype),
@@ -67,11 +87,20 @@ class Plan:
                 raise ModelError(f"the inputs of {group.nodes[0].label} are too large "
                                  f"({e})") from None
             return kernel._specialize(args)  # shapes only: no copies
+        except CompilationError as e:
+            # a missing device compiler (nvcc) is the machine's, not a polytc bug
+            if self.target != "c" and "bug" not in (e.hint or ""):
+                raise
+            return self._failed(group, text, e)
         except PolytcError as e:
-            nodes = ", ".join(n.label for n in group.nodes)
-            raise InternalError(f"compiling the group of {nodes} failed: {e.message}\n"
-                                f"{text}", hint="this is a polytc bug; please report it "
-                                "with the model") from None
+            return self._failed(group, text, e)
+
+    @staticmethod
+    def _failed(group: Group, text: str, e: PolytcError):
+        nodes = ", ".join(n.label for n in group.nodes)
+        raise InternalError(f"compiling the group of {nodes} failed: {e.message}\n{text}",
+                            hint="this is a polytc bug; please report it with the model") \
+            from None
 
     # --- memory ----------------------------------------------------------------------
     def _plan_memory(self):
@@ -89,6 +118,10 @@ class Plan:
             if isinstance(s, View):
                 last[s.source] = max(last.get(s.source, 0), last.get(s.value, 0))
         self.fresh = fresh
+        # step index -> the values no later step reads (dropped there on a device)
+        self.dying: dict = {}
+        for v, k in last.items():
+            self.dying.setdefault(k, []).append(v)
         owned = set()  # values this plan allocates for the user at each run
         for s in self.steps:
             if isinstance(s, Group):
@@ -116,9 +149,12 @@ class Plan:
                     self.slot[v] = b
                     dying.setdefault(last.get(v, k), []).append(b)
             free.extend(dying.pop(k, []))
+        self.placed = {}  # value -> its array in the arena, made once
+        if self.device is not None:  # values live on the device, one buffer each
+            self.slot, self.arena_bytes = {}, 0
+            return
         arena = [aligned_empty((max(n, 1),), np.uint8) for n in sizes]
         self.arena_bytes = sum(sizes)
-        self.placed = {}  # value -> its array in the arena, made once
         for v, b in self.slot.items():
             r = refs[v]
             self.placed[v] = arena[b][:r.size * r.dtype.itemsize].view(r.dtype).reshape(r.shape)
@@ -135,11 +171,16 @@ class Plan:
     # --- running ---------------------------------------------------------------------
     def run(self, feeds: dict, names) -> list:
         with self._lock:  # the arena is shared by runs of this plan
+            if self.device is not None:
+                env = self._execute_device(feeds, keep=set(names))
+                return [self._download(n, env[n]) for n in names]
             env = self._execute(feeds)
             return [env[n] if n in self.owned else np.array(env[n]) for n in names]
 
     def _execute(self, feeds: dict, times: dict | None = None) -> dict:
         """Run every step; ``times`` (group name -> list) collects each kernel's time."""
+        if self.device is not None:
+            return self._execute_device(feeds, times, keep=set(self.outputs))
         env = dict(self.constants)
         env.update(feeds)
         for s in self.steps:
@@ -154,6 +195,54 @@ class Plan:
                 times.setdefault(s.name, []).append(time.perf_counter() - t0)
             env.update(zip(s.outputs, outs))
         return env
+
+    # --- running on an accelerator ----------------------------------------------------
+    def _execute_device(self, feeds: dict, times: dict | None = None, keep=()) -> dict:
+        """``_execute`` with the values on the device; a value no later step reads is
+        dropped after its last reader, unless it is in ``keep``."""
+        dev, refs = self.device, self.bound.refs
+        env = dict(self.constants)  # those no step reads (outputs, say) stay on the host
+        env.update(self.dconstants)
+        for v, a in feeds.items():
+            env[v] = dev.upload(a)
+        for k, s in enumerate(self.steps):
+            if isinstance(s, View):
+                src = env[s.source]
+                # a device buffer of no elements is one element long (accel's empty and
+                # upload): its shape cannot change, and no kernel reads it
+                empty = refs[s.value].size == 0 and not isinstance(src, np.ndarray)
+                env[s.value] = src if empty else src.reshape(s.shape)
+            else:
+                ck = self.kernels[s.name]
+                t0 = time.perf_counter()
+                # device inputs in, device outputs back (a group without inputs gets host
+                # arrays back; the next kernel uploads them); the kernel reads its error
+                # flag back, so the call has finished when it returns
+                res = ck.run([env[v] for v in s.inputs])
+                if times is not None:
+                    times.setdefault(s.name, []).append(time.perf_counter() - t0)
+                env.update(zip(s.outputs, res if len(s.outputs) > 1 else (res,)))
+            for v in self.dying.get(k, ()):
+                if v not in keep:
+                    env.pop(v, None)
+        return env
+
+    def _download(self, v, a) -> np.ndarray:
+        """A fresh host array of value ``v``'s shape from its device (or host) array."""
+        r = self.bound.refs.get(v)
+        if r is None:  # not bound (a graph input, say): the array has its shape
+            shape, dtype = None, None
+        else:
+            shape, dtype = tuple(r.shape), r.dtype
+        if isinstance(a, np.ndarray):
+            out = np.array(a)
+        elif shape is not None and r.size == 0:  # a device buffer of none is 1 long
+            return np.empty(shape, dtype)
+        else:
+            out = self.device.download(a)
+        if shape is not None and out.shape != shape:
+            out = out.reshape(shape)  # 0-d values come back 1-d
+        return out
 
     def profile(self, feeds: dict, repeat: int = 10) -> list:
         """(step name, ops, median seconds) per group: where a run's time goes."""

@@ -210,8 +210,8 @@ class Kernel:
         # the fast path: the signature (shape, strides, dtype) of contiguous arrays seen
         # before maps straight to the loaded function; nothing else is checked or built
         try:
-            ck = self._table.get(tuple((a.shape, a.strides, a.dtype) for a in args))
-        except AttributeError:  # not all numpy arrays (Python scalars for 0-d inputs)
+            ck = self._table.get(tuple(_signature(a) for a in args))
+        except AttributeError:  # Python scalars for 0-d inputs, host tensors of other libraries
             ck = None
         if ck is not None and out is None:
             try:
@@ -226,7 +226,10 @@ class Kernel:
         ck = self._specialize(inputs)
         outs = None if out is None else A.check_out(self.program, out, ck.out_shapes, inputs)
         if all(a is b for a, b in zip(args, inputs)):  # right dtypes, contiguous
-            self._table[tuple((a.shape, a.strides, a.dtype) for a in args)] = ck
+            try:
+                self._table[tuple(_signature(a) for a in args)] = ck
+            except AttributeError:
+                pass
         return ck.run(inputs, outs)
 
     @user_boundary
@@ -242,7 +245,7 @@ class Kernel:
         if not self._explicit:
             from . import tuning
 
-            options = tuning.lookup(self.program, env, text=text) or options
+            options = tuning.lookup(self.program, env, text=text, target=self.target) or options
         # --- end of the autotuning hook
         if self.target == "c":
             key = cache_key(program=text, sizes=env, options=options.key(), target=TARGET)
@@ -262,6 +265,16 @@ class Kernel:
                 ck = load_or_build(self.program, env, options, key, self.target, be)
             _PROCESS[key] = ck
         return ck
+
+
+def _signature(a) -> tuple:
+    """What the fast path compares: shape, strides and dtype of a numpy (or pyopencl)
+    array, or the CUDA array interface of a device array (PyTorch, CuPy, pycuda)."""
+    try:
+        return a.shape, a.strides, a.dtype
+    except AttributeError:
+        cai = a.__cuda_array_interface__  # AttributeError: no fast path for it
+        return tuple(cai["shape"]), cai.get("strides"), cai["typestr"], type(a)
 
 
 def _load_or_build(program, env, options, key) -> CompiledKernel:

@@ -117,21 +117,28 @@ class Compiled(AcceleratorKernel):
         s = _state()
         self.cl, self.queue = s["cl"], s["queue"]
         prog = _program(source)
+        if "pool" not in s:  # buffers are recycled, not created per call
+            import pyopencl.tools as tools
+
+            s["pool"] = tools.MemoryPool(tools.ImmediateAllocator(self.queue))
+        self.pool = s["pool"]
         self.kernels = {l["name"]: self.cl.Kernel(prog, l["name"]) for l in self.launches}
 
     def is_device_array(self, a) -> bool:
         return isinstance(a, self.cl.array.Array)
 
     def upload(self, a):
-        a = np.ascontiguousarray(a)
-        return self.cl.array.to_device(self.queue, a if a.size else np.zeros(1, a.dtype))
+        a = np.ascontiguousarray(a).reshape(np.shape(a))
+        if not a.size:  # an empty buffer cannot be created; nothing reads it
+            return self.cl.array.empty(self.queue, 1, a.dtype, allocator=self.pool)
+        return self.cl.array.to_device(self.queue, a, allocator=self.pool)
 
-    def empty(self, shape, dtype, zero):
+    def empty(self, shape, dtype, zero, like=""):
         n = 1
         for s in shape:
             n *= s
         alloc = self.cl.array.zeros if zero else self.cl.array.empty
-        arr = alloc(self.queue, max(n, 1), dtype)
+        arr = alloc(self.queue, max(n, 1), dtype, allocator=self.pool)
         return arr if n == 0 else arr.reshape(shape)
 
     def fill_zero(self, buf):

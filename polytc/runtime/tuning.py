@@ -2,7 +2,8 @@
 
 One JSON file per tuned problem, ``<cache dir>/tuning/<key[:2]>/<key>.json``, where the
 key (:func:`tuning_key`) hashes the canonical program text (``str(program)``), the sizes,
-the dtypes, the machine (:func:`polytc.tiling.machine.host`: caches, vector width, cores)
+the dtypes, the machine (:func:`polytc.tiling.machine.host`: caches, vector width, cores),
+for an accelerator target the target and its device (``device_key()`` of its runtime),
 and polytc's own source (as every cache key does, so a changed compiler re-tunes).  The
 file holds the options and a record of the search (times, candidates, seed, budget).
 
@@ -33,7 +34,7 @@ __all__ = ["tuning_dir", "tuning_key", "lookup", "get", "store", "remove", "clea
 
 FORMAT_VERSION = 1
 
-_memo: dict = {}  # (dir, program text, sizes) -> (Options, record) | None
+_memo: dict = {}  # (dir, program text, sizes, target) -> (Options, record) | None
 _memo_lock = threading.Lock()
 
 
@@ -53,24 +54,36 @@ def _dtypes(program) -> list:
     return [str(t.dtype) for t in tuple(program.inputs) + tuple(program.outputs)]
 
 
-def tuning_key(program, env: dict) -> str:
+def _target_parts(target: str) -> dict:
+    """What keys an accelerator target's entries: the target and its device (options
+    tuned for one device are not the best on another).  Nothing for ``c``, whose keys are
+    those of the tuning cache before it had targets."""
+    if target == "c":
+        return {}
+    from .targets import backend
+
+    return {"target": target, "device": backend(target).device_key()}
+
+
+def tuning_key(program, env: dict, target: str = "c") -> str:
     """The cache key of ``program`` (a ``Program`` or its canonical text) at sizes
-    ``env`` on this machine."""
+    ``env`` on this machine, for ``target`` (and its device)."""
     from ..tiling.machine import host
 
     return cache_key(tuning=FORMAT_VERSION, program=_text(program),
                      sizes={str(k): int(v) for k, v in env.items()},
-                     dtypes=_dtypes(program), machine=host().key())
+                     dtypes=_dtypes(program), machine=host().key(),
+                     **_target_parts(target))
 
 
 def _path(key: str) -> str:
     return os.path.join(tuning_dir(), key[:2], key + ".json")
 
 
-def _memo_key(program, env, text=None) -> tuple:
+def _memo_key(program, env, text=None, target="c") -> tuple:
     # the settings that decide tuning_dir() (cheaper than computing it)
     where = (os.environ.get("POLYTC_CACHE_DIR"), config.disk_cache_enabled())
-    return (where, text or _text(program), tuple(sorted(env.items())))
+    return (where, text or _text(program), tuple(sorted(env.items())), target)
 
 
 def _read(key: str):
@@ -93,41 +106,50 @@ def _read(key: str):
     return options, data.get("record", {})
 
 
-def get(program, env: dict, text: str | None = None):
-    """``(Options, record)`` stored for ``program`` at sizes ``env``, or ``None``.
-    ``text``: ``str(program)`` if the caller has it already."""
-    mk = _memo_key(program, env, text)
+def get(program, env: dict, text: str | None = None, target: str = "c"):
+    """``(Options, record)`` stored for ``program`` at sizes ``env`` for ``target``, or
+    ``None`` (also when the target's device cannot be queried).  ``text``:
+    ``str(program)`` if the caller has it already."""
+    mk = _memo_key(program, env, text, target)
     with _memo_lock:
         if mk in _memo:
             return _memo[mk]
-    found = _read(tuning_key(program, env))
+    try:
+        key = tuning_key(program, env, target)
+    except Exception as e:  # noqa: BLE001 - no device: nothing tuned for it here
+        config.log(1, f"tuning lookup for {target}: no device key ({e})")
+        return None
+    found = _read(key)
     with _memo_lock:
         _memo[mk] = found
     return found
 
 
-def lookup(program, env: dict, text: str | None = None) -> Options | None:
-    """The tuned options of ``program`` at sizes ``env``, or ``None`` (also when
-    ``POLYTC_NO_TUNING_CACHE=1``).  ``text``: ``str(program)`` if the caller has it."""
+def lookup(program, env: dict, text: str | None = None, target: str = "c") -> Options | None:
+    """The tuned options of ``program`` at sizes ``env`` for ``target``, or ``None``
+    (also when ``POLYTC_NO_TUNING_CACHE=1``).  ``text``: ``str(program)`` if the caller
+    has it."""
     if not config.tuning_cache_enabled():
         return None
-    found = get(program, env, text)
+    found = get(program, env, text, target)
     return None if found is None else found[0]
 
 
-def store(program, env: dict, options: Options, record: dict | None = None) -> str | None:
+def store(program, env: dict, options: Options, record: dict | None = None,
+          target: str = "c") -> str | None:
     """Store ``options`` (and a JSON-able ``record`` of how they were found) for
-    ``program`` at sizes ``env``, replacing any earlier entry.  The entry's path, or
-    ``None`` when the directory cannot be written (the process still remembers it)."""
+    ``program`` at sizes ``env`` on ``target``, replacing any earlier entry.  The entry's
+    path, or ``None`` when the directory cannot be written (the process still remembers
+    it)."""
     record = dict(record or {})
     record.setdefault("stored_at", time.time())
-    key = tuning_key(program, env)
+    key = tuning_key(program, env, target)
     data = {"format": FORMAT_VERSION, "key": key, "options": options.key(),
             "program": _text(program), "sizes": {str(k): int(v) for k, v in env.items()},
-            "record": record}
+            "target": target, "record": record}
     text = json.dumps(data, sort_keys=True, indent=1, default=str)
     with _memo_lock:
-        _memo[_memo_key(program, env)] = (options, record)
+        _memo[_memo_key(program, env, target=target)] = (options, record)
     path = _path(key)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -149,14 +171,15 @@ def store(program, env: dict, options: Options, record: dict | None = None) -> s
     return path
 
 
-def remove(program, env: dict) -> bool:
-    """Forget the tuned options of ``program`` at sizes ``env``; whether there were any."""
+def remove(program, env: dict, target: str = "c") -> bool:
+    """Forget the tuned options of ``program`` at sizes ``env`` on ``target``; whether
+    there were any."""
     with _memo_lock:
-        _memo.pop(_memo_key(program, env), None)
+        _memo.pop(_memo_key(program, env, target=target), None)
     try:
-        os.unlink(_path(tuning_key(program, env)))
+        os.unlink(_path(tuning_key(program, env, target)))
         return True
-    except OSError:
+    except Exception:  # noqa: BLE001 - no such entry, or no device to key it
         return False
 
 

@@ -8,8 +8,23 @@ the thread count and the parallel threshold.  (Options has no separate unroll fa
 vector width or parallel depth: the register tile's ``MR`` is the unrolled loop, its
 ``NR`` the vector width, the threshold decides which nests go parallel.)
 
+On an accelerator target (``opencl``, ``cuda``) the space ranges over the mapping
+options instead (see docs/gpu.md): the ``mapping`` (``threads`` or ``groups`` on
+OpenCL, ``threads`` only on CUDA), and for ``threads`` the ``block`` (32 to 1024 threads,
+x a multiple of 32 where the loop is that long, each axis at most the loop's extent
+rounded up to a power of two), the ``block_tile`` (a multiple of the block per axis),
+the ``reduction_tile`` (0, 8 .. 64), ``shared_memory``, ``private_memory`` and
+``unroll`` (0, 4, 8, 16); for ``groups`` (which keeps the CPU schedule) the CPU fields
+above but the thread count, and the ``grid`` (work-groups).  The mutation of a
+candidate changes only fields that matter to its mapping (a switch of mapping comes
+with a change of the new mapping's fields).  A kernel whose options name a mapping
+(``threads`` or ``groups``, not ``auto``) is tuned within that mapping.  The number of
+mapped loops and their extents come from a probe of the mapper in a worker (after the
+reference; nothing is compiled).
+
 :class:`Search` is the generator: generation 0 is the default ``Options()`` (the cost
-model), any options given as starting points, and mutations of the default; every later
+model; on OpenCL also the other mapping's defaults, ``Space.seeds``), any options given as
+starting points, and mutations of the defaults; every later
 generation mutates and crosses over the best candidates so far.  It draws from one
 ``random.Random(seed)`` and skips options it has proposed before (by their JSON), so the
 sequence of candidates is a function of the seed and of the ranking of measured times.
@@ -20,17 +35,20 @@ workers compile a generation in parallel; then one worker times the candidates o
 time, so no two timings overlap.  A candidate that raises, computes a wrong result,
 crashes its worker (the worker is replaced) or runs past the per-candidate timeout (the
 worker is killed and replaced) scores ``inf`` and the search goes on.  Candidates whose C
-code equals an earlier candidate's reuse its time.  The reference result is computed once,
-with the default options, in a worker (if that fails, by the numpy oracle in this
-process).  The user's process only parses, plans and waits: no candidate runs in it.
+code equals an earlier candidate's reuse its time (on an accelerator: whose kernel source
+and launch sizes do).  The reference result is computed once, with the default options
+on the C target, in a worker (if that fails, by the numpy oracle in this process);
+candidates are built and run on the kernel's own target.  The user's process only
+parses, plans and waits: no candidate runs in it.
 
 The best options go to the tuning cache (:mod:`polytc.runtime.tuning`), from which
 kernels created without explicit options take them when they compile for the same
-program, sizes and machine.
+program, sizes, machine and target (and device).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import pickle
@@ -47,12 +65,34 @@ from dataclasses import dataclass
 from ..diagnostics import PolytcError, user_boundary
 from ..options import FUSIONS, Options
 
-__all__ = ["autotune", "Space", "Search", "mutate", "crossover", "FIELDS"]
+__all__ = ["autotune", "Space", "Search", "mutate", "crossover", "FIELDS", "ACCEL_FIELDS"]
 
 #: the Options fields the search changes, in a fixed order (reproducibility)
 FIELDS = ("fusion", "tile", "register_tile", "vectorize", "parallel", "num_threads",
           "parallel_min_points")
 _CONTRACTION_FIELDS = ("tile", "register_tile")
+
+#: the Options fields the search changes on an accelerator target, in a fixed order
+ACCEL_FIELDS = ("fusion", "mapping", "block", "block_tile", "reduction_tile",
+                "shared_memory", "private_memory", "unroll", "tile", "register_tile",
+                "vectorize", "parallel", "parallel_min_points", "grid")
+#: the fields that matter only to one mapping (``gpu.ThreadMapper``, ``gpu.GroupMapper``
+#: and the CPU tiling it keeps)
+_THREAD_FIELDS = ("block", "block_tile", "reduction_tile", "shared_memory",
+                  "private_memory", "unroll")
+_GROUP_FIELDS = ("tile", "register_tile", "vectorize", "parallel", "parallel_min_points",
+                 "grid")
+#: the mappings searched on each accelerator target
+TARGET_MAPPINGS = {"opencl": ("threads", "groups"), "cuda": ("threads",)}
+#: threads per block; x (innermost) takes one of these where its loop is that long
+BLOCK_THREADS = (32, 64, 128, 256, 512, 1024)
+BLOCK_TILE_FACTORS = (1, 2, 4, 8)
+REDUCTION_TILES = (0, 8, 16, 32, 64)
+UNROLLS = (0, 4, 8, 16)
+#: work-groups of the ``groups`` mapping, in compute units (8: the mapper's default)
+GRID_FACTORS = (1, 2, 4, 16, 32)
+#: the mapper's default block per number of mapped loops (``gpu.ThreadMapper.sizes``)
+_DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
 
 RTOL = ATOL = 1e-3
 #: seconds of measurement per candidate (repeats = this / one run, clamped)
@@ -77,16 +117,46 @@ class Space:
     cores: int = 1
     max_extent: int = 1 << 30
     contraction: bool = True
+    #: the kernel's target; on ``opencl`` and ``cuda`` the mapping options are searched
+    target: str = "c"
+    #: the accelerator's kind (``gpu``/``cpu``: what ``mapping="auto"`` means there), its
+    #: most threads per block and its compute units
+    device_kind: str = "gpu"
+    max_block: int = 1024
+    compute_units: int = 1
+    #: how many loops the ``threads`` mapping maps (1 to 3) and their extents, innermost
+    #: last (0: unknown)
+    dims: int = 2
+    extents: tuple = ()
+    #: the one mapping to search (the kernel's options named it), else ``None``: all of
+    #: the target's
+    pinned_mapping: str | None = None
 
     @classmethod
-    def for_problem(cls, program, env: dict, machine, contraction: bool = True) -> "Space":
+    def for_problem(cls, program, env: dict, machine, contraction: bool = True,
+                    target: str = "c", device=None, dims=None, extents=None,
+                    pinned_mapping=None) -> "Space":
+        """``device``: the accelerator (``tiling.gpu.Device`` or its ``key()``);
+        ``dims``, ``extents``: the loops the ``threads`` mapping maps (see
+        ``_probe_mapping``); ``pinned_mapping``: search only this mapping."""
         import numpy as np
 
         itemsize = max([np.dtype(t.dtype.np_dtype).itemsize for t in program.outputs]
                        or [4])
+        extra = {}
+        if target != "c":
+            if device is not None and not isinstance(device, dict):
+                device = device.key()
+            device = device or {}
+            extra = dict(device_kind=device.get("kind", "gpu"),
+                         max_block=max(1, int(device.get("max_block", 1024))),
+                         compute_units=max(1, int(device.get("compute_units", 1))),
+                         dims=max(1, min(3, int(dims or 2))),
+                         extents=tuple(int(e or 0) for e in (extents or ())),
+                         pinned_mapping=pinned_mapping if pinned_mapping != "auto" else None)
         return cls(lanes=machine.lanes(itemsize), cores=max(1, machine.cores),
                    max_extent=max([int(v) for v in env.values()] or [1]),
-                   contraction=contraction)
+                   contraction=contraction, target=target, **extra)
 
     def _cap(self, grid) -> tuple:
         return tuple(v for v in grid if v <= self.max_extent) or tuple(grid[:1])
@@ -121,18 +191,175 @@ class Space:
 
     @property
     def fields(self) -> tuple:
-        return tuple(f for f in FIELDS
-                     if self.contraction or f not in _CONTRACTION_FIELDS)
+        if not self.accelerator:
+            return tuple(f for f in FIELDS
+                         if self.contraction or f not in _CONTRACTION_FIELDS)
+        out = ["fusion"]
+        if len(self.mappings) > 1:
+            out.append("mapping")
+        if "threads" in self.mappings:
+            out += [f for f in _THREAD_FIELDS if self.contraction or f != "reduction_tile"]
+        if "groups" in self.mappings:
+            out += [f for f in _GROUP_FIELDS
+                    if self.contraction or f not in _CONTRACTION_FIELDS]
+        return tuple(out)
 
-    def sample(self, field: str, current, rng: random.Random):
-        """A value of ``field`` other than ``current`` (when there is one)."""
+    # --- accelerator targets ----------------------------------------------------------
+    @property
+    def accelerator(self) -> bool:
+        return self.target != "c"
+
+    @property
+    def mappings(self) -> tuple:
+        if self.pinned_mapping is not None:
+            return (self.pinned_mapping,)
+        return TARGET_MAPPINGS.get(self.target, ())
+
+    @property
+    def base(self) -> Options:
+        """The cost model's options: the first candidate, and the one all others are
+        mutations of (in the pinned mapping, if there is one)."""
+        if not self.accelerator or self.pinned_mapping is None:
+            return Options()
+        return Options(mapping=self.pinned_mapping)
+
+    def resolve(self, options: Options):
+        """The mapping ``options`` get on this target's device (``None`` on C)."""
+        if not self.accelerator:
+            return None
+        if options.mapping != "auto":
+            return options.mapping
+        return "groups" if self.device_kind == "cpu" else "threads"
+
+    def active(self, options: Options) -> tuple:
+        """The searched fields that matter to ``options`` (on an accelerator: those of its
+        mapping)."""
+        if not self.accelerator:
+            return self.fields
+        other = _GROUP_FIELDS if self.resolve(options) == "threads" else _THREAD_FIELDS
+        return tuple(f for f in self.fields if f not in other)
+
+    @property
+    def seeds(self) -> tuple:
+        """Starting points besides the default: each other mapping with its defaults."""
+        if not self.accelerator:
+            return ()
+        default = self.resolve(self.base)
+        return tuple(Options(mapping=m) for m in self.mappings if m != default)
+
+    @property
+    def block_limit(self) -> int:
+        return max(1, min(1024, self.max_block))
+
+    def _caps(self) -> list:
+        """The largest useful block size of each mapped loop, innermost last: its extent
+        rounded up to a power of two (unbounded where unknown)."""
+        ext = list(self.extents)[-self.dims:]
+        ext = [0] * (self.dims - len(ext)) + ext
+        return [_pow2_at_least(e) if e > 0 else 1 << 30 for e in ext]
+
+    def _effective_block(self, block) -> list:
+        """The block the mapper takes for ``block`` (``None``: its default)."""
+        b = _pad(block if block is not None else _DEFAULT_BLOCK[self.dims], self.dims)
+        return [max(1, min(v, c)) for v, c in zip(b, self._caps())]
+
+    def _new_block(self, rng) -> tuple:
+        caps, limit = self._caps(), self.block_limit
+        total = rng.choice([t for t in BLOCK_THREADS if t <= limit] or [_pow2_at_most(limit)])
+        out, rest = [], total
+        for i, cap in enumerate(reversed(caps)):  # innermost (x) first
+            hi = min(rest, cap)
+            if i == len(caps) - 1:
+                v = hi  # the outermost takes the threads left
+            elif i == 0:
+                v = rng.choice([t for t in BLOCK_THREADS if t <= hi] or [hi])
+            else:
+                v = rng.choice([1 << j for j in range(11) if 1 << j <= hi])
+            out.append(v)
+            rest = max(1, rest // v)
+        return tuple(reversed(out))
+
+    def _nudge_block(self, cur, rng) -> tuple:
+        """``cur`` with one axis doubled or halved (within its cap and the limit); a
+        fresh block when no axis can move."""
+        caps, limit = self._caps(), self.block_limit
+        b = _pad(cur, self.dims)
+        for i in rng.sample(range(self.dims), self.dims):
+            for up in rng.sample((True, False), 2):
+                v = b[i] * 2 if up else b[i] // 2
+                if v < 1 or v > caps[i] or (i == self.dims - 1 and v < min(32, caps[i])):
+                    continue  # (x stays a multiple of 32 where its loop is that long)
+                new = b[:i] + [v] + b[i + 1:]
+                if math.prod(new) <= limit:
+                    return tuple(new)
+        return self._new_block(rng)
+
+    def _new_block_tile(self, block, rng) -> tuple:
+        out = []
+        for b, cap in zip(self._effective_block(block), self._caps()):
+            out.append(b * rng.choice([f for f in BLOCK_TILE_FACTORS
+                                       if b * f <= max(b, cap)]))
+        return tuple(out)
+
+    def fix(self, options: Options) -> Options:
+        """``options`` made canonical (accelerator targets): the fields of the mapping it
+        does not use at their defaults (they would not change the code, but would make
+        a candidate look new; ``grid`` would even change the other mapping's meaning),
+        the ``block_tile`` a multiple of the block on each axis."""
+        if not self.accelerator:
+            return options
+        default = Options()  # (the searched fields of the base are at their defaults)
+        other = _GROUP_FIELDS if self.resolve(options) == "threads" else _THREAD_FIELDS
+        changes = {f: getattr(default, f) for f in other
+                   if getattr(options, f) != getattr(default, f)}
+        if options.block_tile is not None and "block_tile" not in changes:
+            block = self._effective_block(options.block)
+            tile = tuple(max(b, t // b * b) for b, t in
+                         zip(block, _pad(options.block_tile, self.dims)))
+            if tile != options.block_tile:
+                changes["block_tile"] = tile
+        return options.replace(**changes) if changes else options
+
+    # --- sampling ----------------------------------------------------------------------
+    def sample(self, field: str, current, rng: random.Random, options: Options | None = None):
+        """A value of ``field`` other than ``current`` (when there is one); ``options``:
+        the candidate it is for (``block_tile`` and ``mapping`` depend on it)."""
         for _ in range(20):
-            v = self._sample(field, current, rng)
+            v = self._sample(field, current, rng, options)
             if v != current:
                 return v
         return current
 
-    def _sample(self, field, cur, rng):
+    def _sample(self, field, cur, rng, options=None):
+        options = options if options is not None else Options()
+        if field == "mapping":
+            now = self.resolve(options.replace(mapping=cur))
+            m = rng.choice([m for m in self.mappings if m != now] or [now])
+            return "auto" if m == self.resolve(Options()) else m  # one name per mapping
+        if field == "block":
+            if rng.random() < 0.1:
+                return None
+            if cur and rng.random() < 0.5:
+                return self._nudge_block(cur, rng)
+            return self._new_block(rng)
+        if field == "block_tile":
+            if rng.random() < 0.1:
+                return None
+            return self._new_block_tile(options.block, rng)
+        if field == "reduction_tile":
+            if rng.random() < 0.1:
+                return None  # the cost model
+            return rng.choice(REDUCTION_TILES)
+        if field in ("shared_memory", "private_memory"):
+            return not cur
+        if field == "unroll":
+            return rng.choice(UNROLLS)
+        if field == "grid":
+            return rng.choice((None,) + tuple((self.compute_units * f,)
+                                              for f in GRID_FACTORS))
+        return self._sample_cpu(field, cur, rng)
+
+    def _sample_cpu(self, field, cur, rng):
         if field == "fusion":
             return rng.choice(FUSIONS)
         if field in ("vectorize", "parallel"):
@@ -161,6 +388,27 @@ class Space:
         raise ValueError(f"not a searched field: {field}")
 
 
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _pow2_at_most(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+def _pad(values, m, fill=1) -> list:
+    """The last ``m`` entries of ``values``, padded in front with ``fill`` (as the mapper,
+    ``gpu._pad``, reads ``block`` and ``block_tile``)."""
+    v = list(values)[-m:]
+    return [fill] * (m - len(v)) + v
+
+
 def _nudge(cur: tuple, grids: tuple, rng: random.Random) -> tuple:
     """``cur`` with one component moved one or two steps along its grid."""
     i = rng.randrange(len(grids))
@@ -173,18 +421,34 @@ def _nudge(cur: tuple, grids: tuple, rng: random.Random) -> tuple:
 
 
 def mutate(options: Options, space: Space, rng: random.Random) -> Options:
-    """``options`` with one to three searched fields resampled."""
+    """``options`` with one to three searched fields resampled (on an accelerator: of
+    the fields that matter to its mapping; a new mapping comes with at least one change
+    of its own fields)."""
     r = rng.random()
     n = 1 if r < 0.6 else 2 if r < 0.9 else 3
-    fields = space.fields
+    if not space.accelerator:
+        fields = space.fields
+        chosen = rng.sample(fields, min(n, len(fields)))
+        changes = {f: space.sample(f, getattr(options, f), rng) for f in chosen}
+        return options.replace(**changes)
+    fields = space.active(options)
     chosen = rng.sample(fields, min(n, len(fields)))
-    changes = {f: space.sample(f, getattr(options, f), rng) for f in chosen}
-    return options.replace(**changes)
+    out = options
+    if "mapping" in chosen:
+        chosen.remove("mapping")
+        out = out.replace(mapping=space.sample("mapping", out.mapping, rng, out))
+        if space.resolve(out) != space.resolve(options):
+            pool = [f for f in space.active(out) if f != "mapping"]
+            chosen = rng.sample(pool, min(max(1, len(chosen)), len(pool)))
+    for f in sorted(chosen, key=ACCEL_FIELDS.index):  # the block before its tile
+        out = out.replace(**{f: space.sample(f, getattr(out, f), rng, out)})
+    return space.fix(out)
 
 
 def crossover(a: Options, b: Options, space: Space, rng: random.Random) -> Options:
     """Each searched field from ``a`` or ``b`` (the others from ``a``)."""
-    return a.replace(**{f: getattr(a if rng.random() < 0.5 else b, f) for f in space.fields})
+    return space.fix(
+        a.replace(**{f: getattr(a if rng.random() < 0.5 else b, f) for f in space.fields}))
 
 
 class Search:
@@ -195,7 +459,8 @@ class Search:
         self.space = space
         self.rng = random.Random(seed)
         self.population = max(1, int(population))
-        self.initial = [Options()] + list(initial)
+        self.seeds = [space.base] + list(space.seeds)  # generation 0's parents
+        self.initial = self.seeds + list(initial)
         self.elite_size = max(2, self.population // 2)
         self.generation = 0
         self.seen: set = set()
@@ -211,13 +476,13 @@ class Search:
     def elite(self) -> list:
         """The best options so far, best first (the default when nothing succeeded)."""
         ok = sorted((t, n, o) for t, n, o in self.scored if math.isfinite(t))
-        return [o for _, _, o in ok[:self.elite_size]] or [Options()]
+        return [o for _, _, o in ok[:self.elite_size]] or [self.space.base]
 
     def ask(self) -> list:
         out = []
         if self.generation == 0:
             out = [o for o in self.initial if self._fresh(o)]
-            parents = [Options()]
+            parents = self.seeds
         else:
             parents = self.elite()
         weights = list(range(len(parents), 0, -1))
@@ -465,19 +730,28 @@ def _split_fault(fault):
 
 
 class _WorkerState:
-    def __init__(self, session, text, name):
+    def __init__(self, session, text, name, target="c"):
         import polytc
 
         self.session = session
+        self.target = target
         self.program = polytc.tc(text, name).program
         with open(os.path.join(session, "inputs.pkl"), "rb") as f:
             self.inputs = pickle.load(f)
         self.reference = None
+        if target != "c":  # the device's start-up belongs to the worker's, not a candidate's
+            try:
+                from ..runtime.targets import backend
+
+                backend(target).device()
+            except Exception:  # noqa: BLE001 - no device: each candidate fails on its own
+                pass
 
     def kernel(self, options_json):
         from ..runtime.kernel import Kernel
 
-        return Kernel(self.program, Options.from_json(options_json))._specialize(self.inputs)
+        return Kernel(self.program, Options.from_json(options_json),
+                      self.target)._specialize(self.inputs)
 
     def handle(self, msg):
         what = msg[0]
@@ -488,17 +762,30 @@ class _WorkerState:
                 _inject(kind)
             t0 = time.perf_counter()
             ck = self.kernel(options_json)
-            return {"code": hashlib.sha256(ck.code.encode()).hexdigest(),
+            code = ck.code
+            launches = getattr(ck, "launches", None)  # an accelerator's grid and blocks
+            if launches is not None:
+                code += "\n" + json.dumps(launches, sort_keys=True)
+            return {"code": hashlib.sha256(code.encode()).hexdigest(),
                     "compile_s": time.perf_counter() - t0}
         if what == "reference":
             return self.make_reference()
+        if what == "probe":
+            from ..runtime import args as A
+
+            return _probe_mapping(self.program, A.bind_sizes(self.program, self.inputs),
+                                  self.target)
         if what == "time":
             _, options_json, best, fault = msg
             return self.measure(options_json, best, fault)
         raise ValueError(f"unknown request {what!r}")
 
     def make_reference(self):
-        ck = self.kernel(Options().to_json())
+        from ..runtime.kernel import Kernel
+
+        # the default options on the C target (on an accelerator too: its candidates
+        # are checked against the most tested code path)
+        ck = Kernel(self.program, Options())._specialize(self.inputs)
         outs = _as_list(ck.run(list(self.inputs)))
         _dump(os.path.join(self.session, "reference.pkl"), outs)
         contraction = None
@@ -529,11 +816,15 @@ class _WorkerState:
         if kind == "wrong":
             outs = [o + 1 for o in outs]
         for out, ref in zip(outs, self.reference):
+            out = np.asarray(out)
             if out.shape != ref.shape or not np.allclose(out, ref, rtol=RTOL, atol=ATOL,
                                                          equal_nan=True):
                 err = float(np.nanmax(np.abs(out.astype(np.float64) - ref))) \
                     if out.shape == ref.shape else float("nan")
                 return {"wrong": f"result differs from the reference (max error {err:.3g})"}
+        if self.target != "c":
+            # a call also copies to and from the device: time the launches alone
+            first = ck.benchmark(*self.inputs, repeat=1, warmup=1)["min"]
         if best is not None and first > CUTOFF * best:
             # far slower than the best so far: one more run (the first may have been
             # unlucky), and no full measurement if it is still slow
@@ -544,6 +835,50 @@ class _WorkerState:
         r = ck.benchmark(*self.inputs, repeat=repeat, warmup=1)
         # the minimum: noise from other processes only ever adds time
         return {"time": r["min"], "median": r["median"], "repeat": repeat}
+
+
+def _probe_mapping(program, env, target) -> dict:
+    """What the search space of an accelerator target needs to know: the device
+    (``Device.key()``), and the loops the ``threads`` mapping maps: how many (``dims``,
+    the most over the kernels) and their extents, innermost last (``extents``, 0 where
+    unknown).  The mapper runs with tiles larger than any loop, so the tile sizes it
+    reports are the extents; nothing is compiled."""
+    from ..runtime import pipeline
+    from ..runtime.targets import backend
+    from .gpu import map_schedule
+
+    be = backend(target)
+    try:
+        device = be.device()
+    except Exception:  # noqa: BLE001 - no device here (CUDA without a GPU)
+        default = getattr(be, "default_device", None)
+        if default is None:
+            return {"device": None}
+        device = default()
+    info = {"device": device.key()}
+    try:
+        opts = Options(mapping="threads", block_tile=(1 << 30,) * 3, reduction_tile=0,
+                       shared_memory=False, private_memory=False)
+        b = pipeline.Build(program, env, opts, target, device)
+        for name, fn, _optional, targets in pipeline.PASSES:
+            if name == "map":
+                break
+            if target in targets:
+                b = fn(b)
+        _, _, report = map_schedule(pipeline._schedule(b), b.scop, opts, device)
+        dims, ext = 0, {}  # axis (0: innermost) -> extent, None: unknown
+        for kind, _name, facts in report:
+            sizes = facts["tile"] if kind == "threads" else [None] * len(facts["block"])
+            dims = max(dims, len(sizes))
+            for axis, e in enumerate(reversed(sizes)):
+                old = ext.get(axis, 0)
+                ext[axis] = None if e is None or old is None else max(old, int(e))
+        if dims:
+            info["dims"] = dims
+            info["extents"] = [ext.get(a) or 0 for a in reversed(range(dims))]
+    except Exception as e:  # noqa: BLE001 - the space falls back to two loops of any size
+        info["probe_error"] = f"{type(e).__name__}: {e}"
+    return info
 
 
 def _as_list(outs) -> list:
@@ -643,20 +978,22 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
     def may_start():
         return time.monotonic() < search_end
 
+    target = kernel.target
     initial = []
-    previous = tuning.get(program, env)
+    previous = tuning.get(program, env, target=target)
     if previous is not None:
         initial.append(previous[0])
     if kernel._explicit:
         initial.append(kernel.options)
 
     bar = None
+    space, probe = None, {}
     history: list = []  # one dict per evaluated candidate
     session = tempfile.mkdtemp(prefix="polytc-tune-")
     pool = None
     try:
         _dump(os.path.join(session, "inputs.pkl"), arrays)
-        init = ("init", session, str(program), program.name)
+        init = ("init", session, str(program), program.name, target)
         pool = _Pool(session, init, jobs, start_timeout=max(60.0, timeout))
 
         # the reference result and the shape of the search space
@@ -667,12 +1004,20 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
                 contraction = payload["contraction"]
             else:
                 ref_note = payload
+        if target != "c":  # the device and the loops the mapping maps
+            for _tag, ok, payload in pool.run([(None, ("probe",), timeout)],
+                                              lambda: True, use=[0]):
+                if ok:
+                    probe = payload
         if ref_note is not None:  # the default options failed: the numpy oracle decides
             got = oracle(program, arrays)
             _dump(os.path.join(session, "reference.pkl"),
                   [got[t.name] for t in program.outputs])
         space = Space.for_problem(program, env, machine,
-                                  contraction=contraction is not False)
+                                  contraction=contraction is not False, target=target,
+                                  device=probe.get("device"), dims=probe.get("dims"),
+                                  extents=probe.get("extents"),
+                                  pinned_mapping=kernel.options.mapping)
         search = Search(space, seed=seed, population=population, initial=initial)
 
         if verbose:
@@ -786,9 +1131,14 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
         "failed": sum(1 for r in history if not math.isfinite(r["time"])),
         "generations": gen,
         "stopped": stopped,
-        "seed": seed, "population": population, "budget": budget,
+        "seed": seed, "population": population, "budget": budget, "target": target,
         "elapsed": time.monotonic() - t_start,
         "machine": machine.key(),
+        "space": None if space is None else {
+            "fields": list(space.fields), "target": space.target,
+            **({"device_kind": space.device_kind, "dims": space.dims,
+                "extents": list(space.extents)} if space.accelerator else {}),
+            **({"probe_error": probe["probe_error"]} if "probe_error" in probe else {})},
         "top": [{"options": r["options"].key(), "time": r["time"]} for r in ok[:5]],
     }
     if not ok:
@@ -800,7 +1150,8 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
         best_options = ok[0]["options"]
         if store:
             record["path"] = tuning.store(program, env, best_options,
-                                          {k: v for k, v in record.items() if k != "path"})
+                                          {k: v for k, v in record.items() if k != "path"},
+                                          target=target)
         tuned = kernel.with_options(best_options)
         if verbose:
             vs = (f", default {_fmt(base_t)}: {record['speedup']:.2f}x"

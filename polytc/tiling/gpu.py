@@ -142,6 +142,12 @@ class _Mapper:
         self.by_name = {s.name: s for s in scop.stmts}
         self.report: list = []
 
+    def x_last(self, node, n) -> list:
+        """An order of the first ``n`` (coincident) members with the one that is unit
+        stride for the writes last, so that it maps to x."""
+        ranks = self.stride_rank(node, n)
+        return sorted(range(n), key=lambda i: (-ranks[i], i))
+
     def stride_rank(self, node, n) -> list:
         """For each of the first ``n`` members, how far from unit stride its writes are
         (0: it is the last subscript of every write it appears in)."""
@@ -164,15 +170,18 @@ class ThreadMapper(_Mapper):
     def kernel(self, node, launch: Launch):
         if node.get_type() == _BAND and node.band_member_get_coincident(0):
             return self.blocks(node, launch)
-        return self.one_block(node, launch, top=node.get_tree_depth())
+        return self.one_block(node, launch)
 
     # --- a parallel outer band: tiles on blocks, points on threads ------------------
+    def block(self, m) -> list:
+        """Threads per block along ``m`` mapped members (x last)."""
+        if self.options.block is not None:
+            return _pad(self.options.block, m)
+        return {1: [256], 2: [8, 32], 3: [2, 4, 32]}[m]
+
     def sizes(self, m, contraction):
         o = self.options
-        if o.block is not None:
-            block = _pad(o.block, m)
-        else:
-            block = {1: [256], 2: [8, 32], 3: [2, 4, 32]}[m]
+        block = self.block(m)
         if o.block_tile is not None:
             tile = _pad(o.block_tile, m)
         elif contraction and m >= 2:
@@ -191,8 +200,7 @@ class ThreadMapper(_Mapper):
             red_tile = 32 if self.options.shared_memory else 0
         whole = node.band_get_permutable() and total > n and red_tile > 0 and \
             self.contraction(node, n)
-        ranks = self.stride_rank(node, n)
-        par = sorted(range(n), key=lambda i: (-ranks[i], i))  # unit stride last
+        par = self.x_last(node, n)
         if whole:
             node = T.permute(node, par + list(range(n, total)))
         else:
@@ -294,7 +302,7 @@ class ThreadMapper(_Mapper):
         return node
 
     # --- a sequential outer loop: one block, inner parallel loops on threads ----------
-    def one_block(self, node, launch, top):
+    def one_block(self, node, launch):
         """Map the outermost coincident members below ``node`` to the threads of the one
         block of this kernel; returns the node at the same position."""
         depth = node.get_tree_depth()
@@ -307,13 +315,11 @@ class ThreadMapper(_Mapper):
                 n = leading_coincident(node)
                 if node.band_n_member() > n:
                     node = node.band_split(n)
-                ranks = self.stride_rank(node, n)
-                node = T.permute(node, sorted(range(n), key=lambda i: (-ranks[i], i)))
+                node = T.permute(node, self.x_last(node, n))
                 m = min(n, 3)
                 if n > m:
                     node = node.band_split(n - m).child(0)
-                block = _pad(self.options.block, m) if self.options.block else \
-                    {1: [256], 2: [8, 32], 3: [2, 4, 32]}[m]
+                block = self.block(m)
                 ext = [hi - lo + 1 for lo, hi in (member_range(node, i) for i in range(m))]
                 block = [max(1, min(b, e)) for b, e in zip(block, ext)]
                 for a, b in enumerate(reversed(block)):
@@ -325,7 +331,7 @@ class ThreadMapper(_Mapper):
                     node = node.parent()
                 return node
         for i in range(node.n_children()):
-            node = self.one_block(node.child(i), launch, top).parent()
+            node = self.one_block(node.child(i), launch).parent()
         return node
 
 

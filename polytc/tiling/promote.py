@@ -127,7 +127,7 @@ def promote(node, scop, launch, device, written: set):
         name = f"thread:{depth + (r - m)}:{m}"
         g = g.insert_mark(isl.Id(name, context=node.get_ctx()))
         graft = g
-        while graft.get_tree_depth() > (1 if len(chosen) == 1 else 1):
+        while graft.get_tree_depth() > 1:  # back to the sequence (or the single copy)
             graft = graft.parent()
     graft = graft.insert_mark(isl.Id("copy", context=node.get_ctx()))
     node = node.graft_before(graft.root())
