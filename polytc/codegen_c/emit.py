@@ -124,13 +124,14 @@ class Promotion:
         return [c.Block(decls + pro + nest + epi)]
 
     def _simd_reduction(self, items):
-        """``omp simd reduction`` for one scalar accumulator.  ``min``/``max`` partial
-        results never hold a NaN (a NaN operand is never taken), so combining them in any
-        order gives the sequential result."""
-        if len(items) != 1 or items[0][0] is not None or not self.em.vectorize:
+        """The pragma that vectorises the reduction into one scalar accumulator
+        (reassociating it, as every BLAS does).  ``min``/``max`` partial results never
+        hold a NaN (a NaN operand is never taken), so combining them in any order gives
+        the sequential result."""
+        if len(items) != 1 or items[0][0] is not None:
             return None
         sst, _ = self.em.instance(items[0][1])
-        return f"omp simd reduction({sst.stmt.op}:pt_acc0)"
+        return self.em.reduction_pragma(sst.stmt.op, "pt_acc0")
 
 
 def _uses(text: str, names) -> bool:
@@ -242,6 +243,9 @@ class CEmitter:
         if mark == "simd":
             return "omp simd"
         return None
+
+    def reduction_pragma(self, op: str, acc: str):
+        return f"omp simd reduction({op}:{acc})" if self.vectorize else None
 
     def simd_loop(self, header, body) -> list:
         """A loop the C compiler should vectorise."""

@@ -55,8 +55,9 @@ def shared_element(tensor, subs, box) -> str:
 
 
 class GpuEmitter(CEmitter):
-    def __init__(self, scop, dialect, launches):
+    def __init__(self, scop, dialect, launches, vectorize=True):
         super().__init__(scop, None, vectorize=False)
+        self.vectorize_reductions = vectorize
         self.dialect, self.launches = dialect, launches
         prog = scop.program
         self.params = [dialect.pointer(t.dtype.c_name, t.name, const=True)
@@ -175,6 +176,9 @@ class GpuEmitter(CEmitter):
 
     def pragma(self, mark: str):
         return None
+
+    def reduction_pragma(self, op: str, acc: str):
+        return self.dialect.reduction_pragma if self.vectorize_reductions else None
 
     # --- statements ----------------------------------------------------------------
     def user(self, n) -> list:

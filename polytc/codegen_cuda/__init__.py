@@ -33,6 +33,7 @@ class Cuda:
     name = "cuda"
     barrier = "__syncthreads()"
     function_prefix = "__device__ static inline"
+    reduction_pragma = None  # one thread's reduction is a scalar loop
 
     def prelude(self, doubles: bool) -> str:
         return _PRELUDE

@@ -24,6 +24,9 @@ class OpenCL:
     name = "opencl"
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)"
     function_prefix = "static inline"
+    #: a loop-level licence to reassociate (LLVM vectorises a reduction it forces), the
+    #: counterpart of the C target's ``omp simd reduction``
+    reduction_pragma = "clang loop vectorize(enable)"
 
     def prelude(self, doubles: bool) -> str:
         ext = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if doubles else ""

@@ -131,7 +131,7 @@ def p_codegen_gpu(b: Build) -> Build:
     from ..codegen_c.gpu import GpuEmitter
     from .targets import dialect
 
-    em = GpuEmitter(b.scop, dialect(b.target), b.launches)
+    em = GpuEmitter(b.scop, dialect(b.target), b.launches, b.options.vectorize)
     b.code = em.source(b.ast)
     b.sites = em.sites
     b.stages[b.target] = b.code
