@@ -100,7 +100,7 @@ def test_opencl_shared_memory_and_stages():
     A, B = entry.make(rng_for(entry), M=70, K=50, N=90)
     ck = k.specialize(A, B)
     assert {"tc", "schedule", "mapping", "opencl"} <= set(ck.stages)
-    assert "__local float A_shared" in ck.code and "barrier(" in ck.code
+    assert "__local float pt_shared_A" in ck.code and "barrier(" in ck.code
     assert "get_group_id(1)" in ck.code and "get_local_id(0)" in ck.code
     assert "shared [('A', [32, 32]), ('B', [32, 32])]" in ck.stages["mapping"]
     no_shared = k.with_options(mapping="threads", shared_memory=False).specialize(A, B)
@@ -174,7 +174,7 @@ def test_cuda_shared_memory_source():
     from polytc.codegen_cuda import compile_ptx
 
     src = cuda_source(BY_NAME["matmul"], M=70, K=50, N=90)
-    assert "__shared__ float A_shared" in src and "__syncthreads()" in src
+    assert "__shared__ float pt_shared_A" in src and "__syncthreads()" in src
     assert "blockIdx.y" in src and "threadIdx.x" in src
     assert ".shared" in compile_ptx(src)
 

@@ -46,12 +46,17 @@ class GpuPrinter(ExprPrinter):
 
 
 def shared_element(tensor, subs, box) -> str:
-    """``tensor_shared[...]``: each subscript modulo its box size (one-to-one on a box)."""
+    """``pt_shared_<tensor>[...]``: each subscript modulo its box size (one-to-one on a
+    box)."""
     lin = None
     for s, n in zip(subs, box):
         r = f"(({s}) & {n - 1}L)" if n & (n - 1) == 0 else f"(({s}) % {n}L)"
         lin = r if lin is None else f"({lin}) * {n}L + {r}"
-    return f"{tensor}_shared[{lin if lin is not None else 0}]"
+    return f"{shared_name(tensor)}[{lin if lin is not None else 0}]"
+
+
+def shared_name(tensor: str) -> str:
+    return f"pt_shared_{tensor}"
 
 
 class GpuEmitter(CEmitter):
@@ -212,7 +217,7 @@ class GpuEmitter(CEmitter):
             for x in sizes:
                 n *= x
             decls.append(c.Line(d.shared_array(self.scop.program.tensor(t).dtype.c_name,
-                                               f"{t}_shared", n)))
+                                               shared_name(t), n)))
         code = decls + [c.Statement("int err = 0")] + self.node(body) + \
             [c.If("err", c.Statement(d.report_error("pt_err", "err")))]
         params = [c.Value("", p) for p in self.params] + \

@@ -27,11 +27,15 @@ from ..lang import program as P
 from .gpu import map_mark
 
 
+def _guarded(sst, tensor) -> bool:
+    """Whether some read of ``tensor`` by ``sst`` is checked at run time (its access is
+    a may-access of the whole tensor)."""
+    return sst.kind == "body" and any(e.tensor == tensor and id(e) in sst.guarded
+                                      for e in P.reads(sst.stmt.rhs))
+
+
 def _reads_of(sst, tensor):
-    """The exact read relation of ``tensor`` by ``sst`` (None if any read is guarded)."""
-    for e in P.reads(sst.stmt.rhs) if sst.kind == "body" else ():
-        if e.tensor == tensor and id(e) in sst.guarded:
-            return None
+    """The read relation of ``tensor`` by ``sst`` (None when it reads none)."""
     out = None
 
     def keep(m):
@@ -74,13 +78,10 @@ def promote(node, scop, launch, device, written: set):
     budget = device.local_memory - 1024
     chosen = []
     for t in tensors:
+        if any(_guarded(s, t) for s in ssts):
+            continue
         acc = None
-        for s in ssts:
-            r = _reads_of(s, t)
-            if r is None and any(e.tensor == t and id(e) in s.guarded
-                                 for e in P.reads(s.stmt.rhs)):
-                acc = None
-                break
+        for r in (_reads_of(s, t) for s in ssts):
             if r is not None:
                 acc = isl.UnionMap.from_map(r) if acc is None else acc.union(r)
         if acc is None:
