@@ -42,6 +42,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
+# the kernels both benchmarks time, in one place
+from bench_cpu import GROUPNORM, LAYERNORM, MATMUL as SGEMM, SOFTMAX  # noqa: E402
 
 RTOL = ATOL = 1e-3
 
@@ -63,28 +65,7 @@ def f32(rng, *shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-# --- the kernels ------------------------------------------------------------------------
-
-SGEMM = """
-def sgemm(float(M,K) A, float(K,N) B) -> (C) {
-    C(m, n) +=! A(m, k) * B(k, n)
-}"""
-
-SOFTMAX = """
-def softmax(float(N,D) X) -> (Y) {
-    mx(n) max=! X(n, d)
-    ex(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! ex(n, d)
-    Y(n, d) = ex(n, d) / s(n)
-}"""
-
-LAYERNORM = """
-def layernorm(float(N,D) X, float(D) gamma, float(D) beta) -> (Y) {
-    mean(n) +=! X(n, d) / D
-    xc(n, d) = X(n, d) - mean(n)
-    var(n) +=! xc(n, d) * xc(n, d) / D
-    Y(n, d) = xc(n, d) * rsqrt(var(n) + 1e-5) * gamma(d) + beta(d)
-}"""
+# --- the kernels (sgemm, softmax, layernorm, groupnorm: bench_cpu's) ----------------------
 
 # the TC paper's benchmarks (its tc/benchmarks and the sizes of its autotuner runs)
 TMM = """
@@ -110,14 +91,6 @@ def kronecker3(float(D0,N0) W0, float(D1,N1) W1, float(D2,N2) W2, float(M,N0,N1,
     XW2(m, n0, n1, d2) +=! X(m, n0, n1, r2) * W2(d2, r2)
     XW1(m, n0, d1, d2) +=! XW2(m, n0, r1, d2) * W1(d1, r1)
     Y(m, d0, d1, d2) +=! XW1(m, r0, d1, d2) * W0(d0, r0)
-}"""
-
-GROUPNORM = """
-def group_normalization(float(N,G,D,H,W) I, float(G,D) gamma, float(G,D) beta) -> (O) {
-    mean(n, g) +=! I(n, g, d, h, w) / (D * H * W)
-    xc(n, g, d, h, w) = I(n, g, d, h, w) - mean(n, g)
-    var(n, g) +=! xc(n, g, d, h, w) * xc(n, g, d, h, w) / (D * H * W)
-    O(n, g, d, h, w) = xc(n, g, d, h, w) * rsqrt(var(n, g) + 1e-5) * gamma(g, d) + beta(g, d)
 }"""
 
 
@@ -147,9 +120,9 @@ def _kron3_torch(W0, W1, W2, X, M, D0, D1, D2, N0, N1, N2):
     return y.reshape(M, D0, D1, D2)
 
 
-def _groupnorm_torch(I, gamma, beta, N, G, D, H, W):
-    return _F().group_norm(I.reshape(N, G * D, H, W), G, gamma.reshape(-1),
-                           beta.reshape(-1), 1e-5).reshape(N, G, D, H, W)
+def _groupnorm_torch(I, gamma, beta, N, G, CG, H, W):
+    return _F().group_norm(I.reshape(N, G * CG, H, W), G, gamma.reshape(-1),
+                           beta.reshape(-1), 1e-5).reshape(N, G, CG, H, W)
 
 
 def benches() -> list:
@@ -198,11 +171,12 @@ def benches() -> list:
                                                           + N0 * N1 * D1 * D2
                                                           + N0 * D0 * D1 * D2),
                what="three torch.matmul"),
-        GBench("groupnorm", GROUPNORM, dict(N=32, G=32, D=16, H=48, W=48),
-               dict(N=2, G=8, D=4, H=16, W=16),
-               lambda r, N, G, D, H, W: [f32(r, N, G, D, H, W), f32(r, G, D), f32(r, G, D)],
+        GBench("groupnorm", GROUPNORM, dict(N=32, G=32, CG=16, H=48, W=48),
+               dict(N=2, G=8, CG=4, H=16, W=16),
+               lambda r, N, G, CG, H, W: [f32(r, N, G, CG, H, W), f32(r, G, CG),
+                                          f32(r, G, CG)],
                _groupnorm_torch,
-               lambda N, G, D, H, W: 8 * N * G * D * H * W, membound=True,
+               lambda N, G, CG, H, W: 8 * N * G * CG * H * W, membound=True,
                what="F.group_norm"),
     ]
 
@@ -215,19 +189,6 @@ def sizes_text(s: dict) -> str:
 
 class Skip(Exception):
     """This machine cannot run the benchmark (no GPU, no pycuda, ...): the reason."""
-
-
-class CudaView:
-    """A torch cuda tensor seen only through ``__cuda_array_interface__`` (with numpy's
-    ``shape``, ``strides`` in bytes and ``dtype``): what the benchmark passes to polytc
-    when it rejects torch tensors themselves (polytc then returns pycuda GPUArrays)."""
-
-    def __init__(self, t):
-        self.tensor = t  # keeps the memory alive
-        self.__cuda_array_interface__ = t.__cuda_array_interface__
-        self.shape = tuple(t.shape)
-        self.dtype = np.dtype(str(t.dtype).replace("torch.", ""))
-        self.strides = tuple(x * t.element_size() for x in t.stride())
 
 
 class CudaSide:
@@ -282,13 +243,6 @@ class CudaSide:
 
     def torch_inputs(self, arrays, polytc_inputs):
         return polytc_inputs  # the same tensors
-
-    def fallback_inputs(self, polytc_inputs, error):
-        """Other device inputs to try when polytc raised ``error`` on torch tensors
-        (a polytc that reads ``a.strides``, which torch tensors lack); None: no retry."""
-        if "strides" not in str(error):
-            return None
-        return [CudaView(t) for t in polytc_inputs]
 
     def host(self, out):
         if hasattr(out, "gpudata"):  # a pycuda GPUArray
@@ -357,9 +311,6 @@ class OpenCLSide:
 
     def torch_inputs(self, arrays, polytc_inputs):
         return [self.torch.from_numpy(a.copy()) for a in arrays]
-
-    def fallback_inputs(self, polytc_inputs, error):
-        return None
 
     def host(self, out):
         if hasattr(out, "get"):
@@ -449,17 +400,7 @@ def run_bench(b: GBench, side, args, options, rng, notes) -> list:
     try:
         k = polytc.tc(b.tc, options=options, target=side.target)
         t0 = time.perf_counter()
-        try:
-            out = k(*pin)  # compiles (or loads from the disk cache)
-        except polytc.PolytcError as e:
-            other = side.fallback_inputs(pin, e)
-            if other is None:
-                raise
-            notes.append(f"{b.name} polytc: torch tensors as inputs raise "
-                         f"{common.short(e)}; timed with __cuda_array_interface__ views "
-                         f"of them instead (outputs: pycuda GPUArrays)")
-            pin = other
-            out = k(*pin)
+        out = k(*pin)  # compiles (or loads from the disk cache)
         side.sync()
         first = time.perf_counter() - t0
         out = side.host(out)

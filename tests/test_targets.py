@@ -109,6 +109,34 @@ def test_opencl_shared_memory_and_stages():
     assert "target=opencl" in repr(ck)
 
 
+@needs_opencl
+def test_opencl_code_for_llvm_vectoriser():
+    """On a CPU device the register tile's accumulator loops are unrolled (an indexed
+    array stays on the stack otherwise) and a reduction into a scalar carries clang's
+    licence to reassociate, as the C target's omp simd reduction does."""
+    mm = BY_NAME["matmul"]
+    A, B = mm.make(rng_for(mm), M=64, K=64, N=64)
+    k = polytc.tc(mm.tc, mm.def_name, target="opencl", options=polytc.Options(mapping="groups"))
+    assert "#pragma unroll" in k.specialize(A, B).code
+    mv = BY_NAME["matvec"]
+    args = mv.make(rng_for(mv), **mv.sizes[0])
+    k = polytc.tc(mv.tc, mv.def_name, target="opencl", options=polytc.Options(mapping="groups"))
+    assert "#pragma clang loop vectorize(enable)" in k.specialize(*args).code
+    strict = k.with_options(mapping="groups", vectorize=False).specialize(*args).code
+    assert "vectorize(enable)" not in strict
+
+
+@needs_opencl
+def test_opencl_takes_torch_tensors():
+    torch = pytest.importorskip("torch")
+    entry = BY_NAME["matmul"]
+    k = polytc.tc(entry.tc, entry.def_name, target="opencl")
+    A, B = entry.make(rng_for(entry), **entry.sizes[0])
+    for _ in range(2):  # the second call looks the signature up again
+        np.testing.assert_allclose(k(torch.from_numpy(A), torch.from_numpy(B)), A @ B,
+                                   rtol=1e-4, atol=1e-5)
+
+
 GATHER = "def gather(float(N) T, int32(M) idx) -> (O) {\n    O(i) = T(idx(i))\n}"
 DIV = "def div(int32(N) A, int32(N) B) -> (O) {\n    O(i) = A(i) / B(i)\n}"
 

@@ -37,18 +37,21 @@ static inline long pt_chk(long i, long n, int site, int *err) {
 """
 
 _DIV = r"""
-static inline {t} pt_div_{n}({t} a, {t} b, int site, int *err) {{
-  if (__builtin_expect(b == 0, 0)) {{ __atomic_store_n(err, site, __ATOMIC_RELAXED); return 0; }}
+{q} {t} pt_div_{n}({t} a, {t} b, int site, int *err) {{
+  if ({zero}) {{ {fail}; return 0; }}
   {ovf}return a / b;
 }}
-static inline {t} pt_rem_{n}({t} a, {t} b, int site, int *err) {{
-  if (__builtin_expect(b == 0, 0)) {{ __atomic_store_n(err, site, __ATOMIC_RELAXED); return 0; }}
+{q} {t} pt_rem_{n}({t} a, {t} b, int site, int *err) {{
+  if ({zero}) {{ {fail}; return 0; }}
   {rovf}return a % b;
 }}
 """
 
-
-def div_helpers() -> str:
+def div_helpers(q="static inline", zero="__builtin_expect(b == 0, 0)",
+                fail="__atomic_store_n(err, site, __ATOMIC_RELAXED)") -> str:
+    """Checked integer division: a zero divisor records the site in ``*err`` (the
+    defaults are the C target's, whose OpenMP threads share ``err``; a GPU dialect gives
+    its function qualifier ``q`` and a plain store)."""
     out = []
     for n in INT_TYPES:
         t = f"{n}_t"
@@ -57,7 +60,7 @@ def div_helpers() -> str:
         else:
             ovf = f"if (b == -1) return ({t})(0 - (uint64_t)a);\n  "
             rovf = "if (b == -1) return 0;\n  "
-        out.append(_DIV.format(t=t, n=n, ovf=ovf, rovf=rovf))
+        out.append(_DIV.format(q=q, zero=zero, fail=fail, t=t, n=n, ovf=ovf, rovf=rovf))
     return "".join(out)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import cgen as c
 import islpy as isl
 
-from .cexpr import ExprPrinter, INT_TYPES
+from .cexpr import ExprPrinter, div_helpers
 from .emit import CEmitter, Promotion, isl_expr
 
 _T = isl.ast_node_type
@@ -231,32 +231,8 @@ class GpuEmitter(CEmitter):
         self.node(ast)
         doubles = any(t.dtype.name == "float64" for t in self.scop.program.tensors) or \
             "double" in "".join(str(k) for k in self.kernels)
-        return self.dialect.prelude(doubles) + div_helpers(self.dialect) + "\n" + \
+        helpers = div_helpers(q=self.dialect.function_prefix, zero="b == 0",
+                              fail="*err = site")  # err is the thread's own
+        return self.dialect.prelude(doubles) + helpers + "\n" + \
             "\n\n".join(str(k) for k in self.kernels) + "\n"
-
-
-_DIV = """
-{q} {t} pt_div_{n}({t} a, {t} b, int site, int *err) {{
-  if (b == 0) {{ *err = site; return 0; }}
-  {ovf}return a / b;
-}}
-{q} {t} pt_rem_{n}({t} a, {t} b, int site, int *err) {{
-  if (b == 0) {{ *err = site; return 0; }}
-  {rovf}return a % b;
-}}
-"""
-
-
-def div_helpers(dialect) -> str:
-    """Checked integer division (as the C target's, recording the site in ``*err``)."""
-    out = []
-    for n in INT_TYPES:
-        t = f"{n}_t"
-        if n.startswith("u"):
-            ovf = rovf = ""
-        else:
-            ovf = f"if (b == -1) return ({t})(0 - (uint64_t)a);\n  "
-            rovf = "if (b == -1) return 0;\n  "
-        out.append(_DIV.format(q=dialect.function_prefix, t=t, n=n, ovf=ovf, rovf=rovf))
-    return "".join(out)
 

@@ -45,14 +45,6 @@ def _state() -> dict:
         return _STATE
 
 
-def available() -> bool:
-    try:
-        _state()
-        return True
-    except PolytcError:
-        return False
-
-
 def default_device():
     """The device the cost model assumes where no GPU is present (source generation and
     PTX compilation in CI): an H100-class GPU."""

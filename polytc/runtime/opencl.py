@@ -61,14 +61,6 @@ def _state() -> dict:
         return _STATE
 
 
-def available() -> bool:
-    try:
-        _state()
-        return True
-    except PolytcError:
-        return False
-
-
 def device():
     from ..tiling.gpu import Device
 
