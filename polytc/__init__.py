@@ -15,11 +15,14 @@ __version__ = "0.1.0"
 
 from .diagnostics import (ArgumentError, CompilationError, InternalError,  # noqa: F401
                           KernelRuntimeError, ModelError, PolytcError, RangeInferenceError,
+                          ScheduleError,
                           TCSemanticError, TCSyntaxError, TCTypeError, UndefinedNameError,
                           UnsupportedError, user_boundary)
 from .options import Options  # noqa: F401
+from .poly.recipe import Schedule  # noqa: F401
 from .runtime.kernel import CompiledKernel, Kernel  # noqa: F401
 from .tiling.autotune import autotune  # noqa: F401
+from .exploration import diff, explore  # noqa: F401
 
 
 def _programs(defs, source):

@@ -119,6 +119,14 @@ class Session:
                                         self.options, self.fuse, self.target)
         return p
 
+    def _repr_html_(self) -> str:
+        """The graph coloured by fusion group, for Jupyter (``polytc.display.graph``)."""
+        try:
+            from .display.graph import session_html
+            return session_html(self)  # never raises itself
+        except Exception:  # noqa: BLE001 - a display must never fail
+            return None  # Jupyter shows the plain repr instead
+
     def report(self) -> str:
         """What was fused, per compiled shape."""
         out = [f"model {self.graph.name}: {len(self.graph.nodes)} nodes after the graph "

@@ -47,6 +47,9 @@ class Options:
     fp_contract: bool = True
     #: passes to skip by name (see ``polytc.runtime.pipeline.PASSES``)
     disable: tuple = ()
+    #: a hand schedule's recipe (``polytc.Schedule.steps``, see docs/jupyter.md): when
+    #: given it replaces isl's scheduler and the tiling and parallel passes; C target only
+    schedule: tuple = ()
 
     # --- accelerator targets (``opencl``, ``cuda``), see docs/gpu.md -------------------
     #: how loops map to the device: ``threads`` tiles the outer parallel loops, runs the
@@ -81,6 +84,7 @@ class Options:
         if self.num_threads is not None and self.num_threads < 1:
             raise OptionsError("num_threads must be at least 1")
         object.__setattr__(self, "disable", tuple(self.disable))
+        object.__setattr__(self, "schedule", _steps(self.schedule))
         if self.mapping not in MAPPINGS:
             raise OptionsError(f"unknown mapping {self.mapping!r}",
                                hint=f"choose one of {', '.join(MAPPINGS)}")
@@ -127,3 +131,22 @@ class Options:
 
     def key(self) -> dict:
         return json.loads(self.to_json())
+
+
+def _steps(steps) -> tuple:
+    """A schedule recipe as nested tuples (JSON gives lists), its step names checked."""
+    if not steps:
+        return ()
+    from .poly.handsched import STEPS
+
+    def tup(x):
+        return tuple(tup(y) for y in x) if isinstance(x, (list, tuple)) else x
+
+    out = tup(steps or ())
+    for k, step in enumerate(out):
+        ok = isinstance(step, tuple) and step and (
+            step[0] in STEPS or (step[0] == "from" and k == 0))
+        if not ok:
+            raise OptionsError(f"schedule step {step!r} is not a known step",
+                               hint="build recipes with polytc.Schedule (kernel.schedule(...))")
+    return out

@@ -266,3 +266,22 @@ def _wide_vectors() -> bool:
     from ..tiling.machine import host
 
     return host().vector_bytes >= 64
+
+
+def vectorizer_report(c_source: str) -> list:
+    """``(line, message)`` for every loop the C compiler vectorised in ``c_source``, from
+    gcc's ``-fopt-info-vec-optimized`` (an empty list for compilers without it)."""
+    import re
+
+    flags = [f for f in default_flags() if f not in ("-shared", "-lm")] + \
+        ["-c", "-fopt-info-vec-optimized"]
+    with tempfile.TemporaryDirectory(prefix="polytc-vec-") as d:
+        with open(os.path.join(d, "kernel.c"), "w", encoding="utf-8") as f:
+            f.write(c_source)
+        r = _run_compiler(_cc() + ["kernel.c", "-o", "kernel.o"] + flags, cwd=d)
+    out = []
+    for line in (r.stdout + r.stderr).splitlines():
+        m = re.match(r"kernel\.c:(\d+):\d+: optimized: (.*)", line)
+        if m and (int(m.group(1)), m.group(2)) not in out:
+            out.append((int(m.group(1)), m.group(2)))
+    return out

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from .. import config
+from ..display import wrap
 from ..diagnostics import KernelRuntimeError, PolytcError
 from ..lang import sizes as S
 from .cache import DiskCache
@@ -65,7 +66,7 @@ class AcceleratorKernel:
 
     def __init__(self, program, env, options, meta, build=None):
         self.program, self.env, self.options = program, env, options
-        self.stages: dict = meta["stages"]
+        self.stages: dict = wrap(meta["stages"])  # text that shows as HTML
         self.sites: list = meta["sites"]
         self.timings: dict = meta.get("timings", {})
         self.launches = meta["launches"]
@@ -91,10 +92,11 @@ class AcceleratorKernel:
         sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
         return f"<CompiledKernel {self.program.name} [{sizes}] target={self.target}>"
 
-    def _repr_markdown_(self) -> str:
-        lang = "cuda" if self.target == "cuda" else "c"
-        return (f"**{self.program.name}** specialised to `{self.env}` for "
-                f"{self.target}\n\n```{lang}\n{self.code}\n```")
+    def _repr_html_(self) -> str:
+        from ..display import stages_html
+
+        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        return stages_html(self.stages, f"{self.program.name} [{sizes}] target={self.target}")
 
     # --- one call ------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):

@@ -17,6 +17,7 @@ import time
 
 
 from .. import config
+from ..display import wrap
 from ..diagnostics import KernelRuntimeError, PolytcError, user_boundary
 from ..lang import program as P
 from ..lang import sizes as S
@@ -47,7 +48,7 @@ class CompiledKernel:
 
     def __init__(self, program, env, options, lib_path, meta, build=None):
         self.program, self.env, self.options = program, env, options
-        self.stages: dict = meta["stages"]
+        self.stages: dict = wrap(meta["stages"])  # text that shows as HTML
         self.sites: list = meta["sites"]
         self.timings: dict = meta.get("timings", {})
         self.out_shapes = [tuple(s) for s in meta["out_shapes"]]
@@ -84,13 +85,26 @@ class CompiledKernel:
     def dependences(self) -> str:
         return self.stages["dependences"]
 
+    def explain(self, vectorizer: bool = True, source: str | None = None):
+        """Why the compiler did what it did for these sizes (``polytc.explain``):
+        fusion, parallel loops, tiles, vectorisation, with the isl facts behind them.
+        ``vectorizer``: also ask gcc which loops it vectorised (one more compile)."""
+        from ..explain import explain
+
+        if source is None:
+            source = "your Options" if self.options.tile or self.options.register_tile \
+                else "the cost model"
+        return explain(self.program, self.env, self.options, source, vectorizer)
+
     def __repr__(self):
         sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
         return f"<CompiledKernel {self.program.name} [{sizes}] target=c>"
 
-    def _repr_markdown_(self) -> str:
-        return (f"**{self.program.name}** specialised to "
-                f"`{self.env}`\n\n```c\n{self.code}\n```")
+    def _repr_html_(self) -> str:
+        from ..display import stages_html
+
+        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        return stages_html(self.stages, f"{self.program.name} [{sizes}] target=c")
 
     # --- running -------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):
@@ -198,6 +212,48 @@ class Kernel:
         """A new kernel with other options (this one is unchanged)."""
         base = options or self.options
         return Kernel(self.program, base.replace(**changes) if changes else base, self.target)
+
+    @user_boundary
+    def schedule(self, *args, start: str = "isl"):
+        """A ``polytc.Schedule`` to change by hand, for the sizes of these inputs:
+        ``start="isl"`` isl's schedule (before tiling), ``"program"`` each statement its
+        own loop nest.  ``kernel.with_schedule(s)`` compiles with the result."""
+        from ..poly.recipe import Schedule
+
+        env = A.bind_sizes(self.program, A.as_arrays(self.program, args))
+        return Schedule.start(self.program, env, start, self.options.fusion)
+
+    @user_boundary
+    def explain(self, *args, vectorizer: bool = True):
+        """Why the compiler did what it did for the sizes of these inputs: which
+        statements were fused, which loops run in parallel, the tiles and where their
+        sizes came from, what was vectorised (see ``CompiledKernel.explain``)."""
+        ck = self._specialize(A.as_arrays(self.program, args))
+        source = None
+        if not self._explicit:
+            from . import tuning
+
+            if tuning.lookup(self.program, ck.env, target=self.target) is not None:
+                source = "the tuning cache (polytc.autotune)"
+        if self.target != "c":
+            raise PolytcError(f"explain() describes the C target's decisions; this kernel "
+                              f"targets '{self.target}'", hint="kernel.to('c').explain(...)")
+        return ck.explain(vectorizer, source)
+
+    def with_schedule(self, schedule) -> "Kernel":
+        """A new kernel compiled with the hand schedule ``schedule`` (its steps replay,
+        checked, for the sizes of each call); this kernel is unchanged."""
+        from ..poly.recipe import Schedule
+
+        if not isinstance(schedule, Schedule):
+            raise PolytcError(f"with_schedule takes a polytc.Schedule, got "
+                              f"{type(schedule).__name__}", hint="kernel.schedule(*inputs)")
+        if str(schedule.program) != str(self.program):
+            raise PolytcError(f"this schedule was made for '{schedule.program.name}', "
+                              f"not for '{self.program.name}'")
+        k = self.with_options(schedule=schedule.steps)
+        k._explicit = True
+        return k
 
     def to(self, target: str) -> "Kernel":
         """The same program and options on another target (``c``, ``opencl``, ``cuda``);

@@ -35,6 +35,7 @@ class Build:
     scop: Scop = None
     deps: sched.Dependences = None
     schedule: isl.Schedule = None
+    isl_schedule: isl.Schedule = None  # the scheduler's (or hand) schedule, before tiling
     ast: isl.AstNode = None
     code: str = None
     tiling: list = field(default_factory=list)  # what the tiling pass did
@@ -63,7 +64,16 @@ def p_dependences(b: Build) -> Build:
 
 
 def p_schedule(b: Build) -> Build:
-    b.schedule = sched.compute_schedule(b.scop, b.deps, b.options.fusion)
+    if b.options.schedule:  # a hand schedule (polytc.Schedule): replayed and checked
+        from ..diagnostics import UnsupportedError
+        from ..poly.handsched import replay
+
+        if b.target != "c":
+            raise UnsupportedError(f"hand schedules compile for the C target, not "
+                                   f"'{b.target}'", hint="use kernel.to('c')")
+        b.schedule = b.isl_schedule = replay(b.scop, b.deps, b.options.schedule)
+        return b
+    b.schedule = b.isl_schedule = sched.compute_schedule(b.scop, b.deps, b.options.fusion)
     return b
 
 
@@ -84,7 +94,7 @@ def p_tile(b: Build) -> Build:
     from ..tiling.machine import host
     from ..tiling.strategy import tile_schedule
 
-    if not _cpu_schedule(b):
+    if not _cpu_schedule(b) or b.options.schedule:
         return b
     b.schedule, b.tiling = tile_schedule(_schedule(b), b.scop, b.options, host())
     b.stages["tiling"] = "\n".join(str(entry) for entry in b.tiling)
@@ -92,7 +102,7 @@ def p_tile(b: Build) -> Build:
 
 
 def p_parallel(b: Build) -> Build:
-    if b.options.parallel and _cpu_schedule(b):
+    if b.options.parallel and _cpu_schedule(b) and not b.options.schedule:
         b.schedule = _schedule(b)
         points = sum(statement_points(s, b.env) for s in b.scop.stmts)
         b.schedule = sched.mark_parallel(b.schedule, b.options.parallel_min_points, points)

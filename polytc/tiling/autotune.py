@@ -938,7 +938,7 @@ def _describe(o: Options) -> str:
 def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
              generations: int | None = None, verbose: bool = True,
              timeout: float | None = None, jobs: int | None = None, store: bool = True,
-             _faults: dict | None = None):
+             progress: str | None = "bar", on_result=None, _faults: dict | None = None):
     """Search ``Options`` for ``kernel`` on these ``inputs`` (their sizes and dtypes) and
     return a new kernel with the fastest options found (explicit options).
 
@@ -949,6 +949,13 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
     ``min(60, max(2, budget / 4))``); ``jobs``: worker processes compiling in parallel
     (default ``min(2, cores)``; timings never overlap); ``store``: write the result to
     the tuning cache, where kernels created without options find it.
+
+    ``progress`` (shown when ``verbose``): ``"bar"``, a tqdm bar; ``"plot"``, a live
+    plot of each candidate's time and the best so far, redrawn in place in Jupyter (a
+    bar elsewhere; :mod:`polytc.tiling.tuneplot`); ``None``, nothing but the summary
+    line.  ``on_result``: called with a copy of each candidate's record as it finishes
+    (a dict: ``n``, ``generation``, ``options``, ``time`` in seconds, ``inf`` when it
+    failed, with its ``error``); an exception it raises ends the search.
 
     The returned kernel's ``tuning`` attribute records the search: best and default
     times, every candidate with its status."""
@@ -965,6 +972,9 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
     if not budget or budget <= 0:
         raise PolytcError(f"autotune: budget must be a positive number of seconds, "
                           f"got {budget!r}")
+    if progress not in ("bar", "plot", None):
+        raise PolytcError(f"autotune: progress must be 'bar', 'plot' or None, "
+                          f"got {progress!r}")
     program = kernel.program
     arrays = A.as_arrays(program, inputs)
     env = A.bind_sizes(program, arrays)
@@ -1020,7 +1030,12 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
                                   pinned_mapping=kernel.options.mapping)
         search = Search(space, seed=seed, population=population, initial=initial)
 
-        if verbose:
+        if verbose and progress == "plot":
+            from .tuneplot import TunePlot
+
+            bar = TunePlot(f"autotune {program.name}",
+                           total=population * generations if generations else None)
+        elif verbose and progress == "bar":
             from tqdm.auto import tqdm
 
             bar = tqdm(total=population * generations if generations else None,
@@ -1034,11 +1049,15 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
             search.tell(rec["options"], rec["time"])
             if math.isfinite(rec["time"]) and rec["time"] < best[0]:
                 best[0] = rec["time"]
-            if bar is not None:
+            if progress == "plot" and bar is not None:
+                bar(rec)  # a TunePlot
+            elif bar is not None:
                 failed = sum(1 for r in history if not math.isfinite(r["time"]))
                 bar.set_postfix_str(f"best {_fmt(best[0])}, gen {rec['generation']}, "
                                     f"failed {failed}", refresh=False)
                 bar.update(1)
+            if on_result is not None:
+                on_result(dict(rec))
 
         number = 0
         gen = 0

@@ -1,0 +1,397 @@
+"""``kernel.explain(*inputs)``: what the compiler decided for these sizes, and why.
+
+Four topics, each a list of ``Fact``s (a sentence and the isl fact behind it):
+
+* **fusion**: which statements share a loop nest (and with which shifts), and for two
+  consecutive nests why they stay apart: the tiler split them, the strategy never fuses,
+  no dependence links them, or what fusing them would do, found by trying it on the
+  schedule with ``poly.handsched`` and checking the result with ``poly.legality``;
+* **parallel**: every loop, parallel or not, with the dependence it carries;
+* **tiling**: the tiler's decisions and where the sizes came from (user, tuning cache,
+  cost model);
+* **vectorize**: the loops marked ``simd``/promoted, and the loops gcc reports vectorised.
+
+The facts are recomputed by running the pipeline (no C compiler), so they describe the
+same schedule as the cached binary.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .diagnostics import ScheduleError
+from .poly import handsched as H
+from .poly import legality as L
+from .poly.recipe import member_exprs, _expr_text, _sorted, _stmt_text
+from .tiling.transform import statements_below
+
+TOPICS = ("fusion", "parallel", "tiling", "vectorize")
+
+
+@dataclass(frozen=True)
+class Fact:
+    topic: str
+    text: str
+    isl: str = ""  # the isl fact behind the sentence
+
+
+class Explanation:
+    def __init__(self, name: str, env: dict, facts: list):
+        self.name, self.env, self.facts = name, env, list(facts)
+
+    def about(self, topic: str) -> list:
+        """The sentences on one topic."""
+        return [f.text for f in self.facts if f.topic == topic]
+
+    def __str__(self):
+        out = [f"{self.name} for {', '.join(f'{k}={v}' for k, v in self.env.items())}"]
+        for t in TOPICS:
+            facts = [f for f in self.facts if f.topic == t]
+            if facts:
+                out.append(f"{t}:")
+                for f in facts:
+                    out.append(f"  - {f.text}")
+                    if f.isl:
+                        out.append(f"      isl: {f.isl}")
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+    def _repr_html_(self):
+        parts = [f"<b>{html.escape(str(self).splitlines()[0])}</b>"]
+        for t in TOPICS:
+            items = "".join(
+                f"<li>{html.escape(f.text)}" + (f"<br><code style='font-size:85%;color:#555'>"
+                                                 f"{html.escape(f.isl)}</code>" if f.isl else "")
+                + "</li>" for f in self.facts if f.topic == t)
+            if items:
+                parts.append(f"<h4 style='margin:6px 0 2px'>{t}</h4><ul>{items}</ul>")
+        return "<div>" + "".join(parts) + "</div>"
+
+
+def explain(program, env: dict, options, source: str = "the cost model",
+            vectorizer: bool = True) -> Explanation:
+    from .runtime import pipeline
+    from .runtime.kernel import _PIPELINE_LOCK
+
+    with _PIPELINE_LOCK:
+        b = pipeline.run(program, env, options)
+        facts = _Explainer(b, source).facts()
+    if vectorizer:
+        facts += _gcc(b.code)
+    return Explanation(program.name, env, facts)
+
+
+def _gcc(code: str) -> list:
+    from .codegen_c.compiler import vectorizer_report
+
+    lines, by_msg = code.split("\n"), {}
+    for n, msg in vectorizer_report(code):
+        by_msg.setdefault(msg, []).append(n)
+    out = []
+    for msg, where in by_msg.items():
+        where.sort()
+        many = f"{len(where)} loops (C lines {', '.join(map(str, where))})" \
+            if len(where) > 1 else f"the loop of C line {where[0]}"
+        out.append(Fact("vectorize", f"gcc vectorised {many}: {msg}.",
+                        lines[where[0] - 1].strip()[:100]))
+    if not out:
+        out.append(Fact("vectorize", "gcc vectorised no loop of this kernel."))
+    return out
+
+
+class _Explainer:
+    def __init__(self, b, source):
+        self.b, self.scop, self.deps, self.source = b, b.scop, b.deps, source
+        self.out: list = []
+
+    def say(self, topic, text, fact=""):
+        self.out.append(Fact(topic, text, fact))
+
+    def facts(self) -> list:
+        self.nests = nests(self.b.schedule)
+        self.fusion()
+        self.parallel()
+        self.tiling()
+        return self.out
+
+    def label(self, name) -> str:
+        return f"{name} ({L._line(self.scop, name)}: {_stmt_text(self.scop, name)})"
+
+    # --- fusion ------------------------------------------------------------------------
+    def strategy(self) -> str:
+        from .poly.schedule import has_contraction
+
+        f = self.b.options.fusion
+        if self.b.options.schedule:
+            return "your hand schedule"
+        if "schedule" in self.b.options.disable:
+            return "program order (the scheduler is disabled)"
+        if f != "auto":
+            return f"isl's scheduler with fusion='{f}' (your option)"
+        why = ("'preserve', as the program has a contraction (fusing around it would "
+               "prevent tiling it)" if has_contraction(self.scop) else
+               "'max' (row-wise program: no contraction)")
+        return f"isl's scheduler with fusion='auto', which chose {why}"
+
+    def fusion(self):
+        self.say("fusion", f"Loop structure from {self.strategy()}.")
+        for stmts, band in self.nests:
+            if len(stmts) < 2:
+                continue
+            exprs = member_exprs(band, self.scop) if band is not None else []
+            loops = ", ".join(_expr_text(e) for e in exprs)
+            text = (f"{' and '.join(self.label(s) for s in stmts)} are fused: one loop nest "
+                    f"runs them over ({loops})")
+            shifted = [e for e in exprs if len(set(e.values())) > 1]
+            if shifted:
+                text += "; their loops are aligned with a shift (" + "; ".join(
+                    _expr_text(e) for e in shifted) + ") so that every value is written " \
+                    "before it is read in the same iteration"
+            self.say("fusion", text + ".", self.links(stmts, stmts))
+            if shifted:
+                self.unshifted(stmts)
+        for (a, na), (b, nb) in zip(self.nests, self.nests[1:]):
+            self.apart(a, na, b, nb)
+
+    def links(self, src, dst) -> str:
+        """The dependences from statements ``src`` to statements ``dst`` as isl text."""
+        dom = lambda names: H.union_all([isl.UnionSet.from_set(s.domain)  # noqa: E731
+                                    for s in self.scop.stmts if s.name in names])
+        d = self.deps.raw.union(self.deps.waw).union(self.deps.war)
+        d = d.intersect_domain(dom(src)).intersect_range(dom(dst))
+        d = d.subtract(d.intersect_range(dom(src)).intersect_domain(dom(src))) \
+            if set(src) == set(dst) and len(src) > 1 else d
+        return "" if d.is_empty() else str(d.coalesce())
+
+    def unshifted(self, stmts):
+        """Say why the shift is needed: program order fused without one is illegal."""
+        sch = H.program_order(self.scop)
+        idx = [k for k, n in enumerate(H.bands(sch))
+               if len(statements_below(n)) == 1 and statements_below(n)[0] in stmts]
+        if len(idx) == 2:
+            _, err = self.fuse_trial(sch, *idx)
+            if err is not None and "is illegal" in err.message:
+                self.say("fusion", "Without the shift, fusing them would be illegal: it "
+                         f"{_broken(err)}.")
+
+    def fuse_trial(self, sch, ia, ib):
+        """Fuse bands ``ia`` < ``ib`` of ``sch`` (the deeper one split first):
+        ``(schedule, None)``, or ``(None, the ScheduleError)``."""
+        found = H.bands(sch)
+        depth = min(found[ia].band_n_member(), found[ib].band_n_member())
+        steps = [("split", k, depth) for k in (ib, ia) if found[k].band_n_member() > depth]
+        try:
+            for st in steps:
+                sch = H.apply(sch, st, self.scop, self.deps)
+            ib += sum(1 for st in steps if st[1] < ib)
+            return H.apply(sch, ("fuse", ia, ib), self.scop, self.deps), None
+        except ScheduleError as e:
+            return None, e
+
+    def apart(self, a, na, b, nb):
+        sa = ", ".join(self.label(s) for s in a)
+        sb = ", ".join(self.label(s) for s in b)
+        head = f"{sb} runs in its own loop nest after {sa}"
+        split = [e for e in self.b.tiling if e[0] == "split"]
+        for _, groups in split:
+            ga = next((k for k, g in enumerate(groups) if set(a) & set(g)), None)
+            gb = next((k for k, g in enumerate(groups) if set(b) & set(g)), None)
+            if ga is not None and gb is not None and ga != gb:
+                self.say("fusion", f"{head}: the tiler split them so that the contraction "
+                         "is a band of its own, which cache and register tiling need.",
+                         f"split groups {groups}")
+                return
+        if self.b.options.fusion == "min" and not self.b.options.schedule:
+            self.say("fusion", f"{head}: fusion='min' never fuses statements.")
+            return
+        links = self.links(a, b)
+        if not links:
+            self.say("fusion", f"{head}: no dependence links them, so no proximity "
+                     "constraint pulls their loops together.")
+            return
+        self.say("fusion", f"{head}. {self.try_fuse(a, b)}", links)
+
+    def try_fuse(self, a, b) -> str:
+        """What fusing the outer loops of two nests of the scheduler's schedule would do,
+        checked with isl."""
+        sch = self.b.isl_schedule
+        if sch is None:
+            return "The scheduler is off: statements run in program order."
+        sch = strip_marks(sch)
+        outer = nests(sch)
+        na = next((n for names, n in outer if set(a) <= set(names)), None)
+        nb = next((n for names, n in outer if set(b) <= set(names)), None)
+        if na is None or nb is None or na.is_equal(nb):
+            return "One of them has no loop to fuse."
+        ia, ib = _index(sch, na), _index(sch, nb)
+        fused, err = self.fuse_trial(sch, ia, ib)
+        if err is not None:
+            if "is illegal" in err.message:
+                return f"Fusing their outer loops without a shift would be illegal: it " \
+                       f"{_broken(err)}."
+            return f"They cannot be fused as they are ({err.message})."
+        band = H.bands(fused)[ia]
+        lost = [m for m in range(band.band_n_member())
+                if (na.band_member_get_coincident(m) or nb.band_member_get_coincident(m))
+                and L.carried(band, m, self.scop, self.deps)]
+        if lost:
+            dep = L.carried(band, lost[0], self.scop, self.deps)[0]
+            return (f"Fusing them would be legal, but the fused loop {lost[0]} would carry "
+                    f"the {dep.describe(self.scop)} and lose its parallelism; the "
+                    "strategy keeps parallel loops parallel.")
+        return ("Fusing them would be legal and keep the loops parallel; the strategy "
+                "chose not to (try Options(fusion='max') or schedule.fuse).")
+
+    # --- parallel loops ----------------------------------------------------------------
+    def parallel(self):
+        from .runtime.pipeline import statement_points
+
+        o = self.b.options
+        points = sum(statement_points(s, self.b.env) for s in self.scop.stmts)
+        for node, marks, inside in loops(self.b.schedule):
+            exprs = member_exprs(node, self.scop)
+            names = _sorted(self.scop, statements_below(node))
+            nested = []
+            for m in range(node.band_n_member()):
+                if all(_constant(e) for e in exprs[m].values()):
+                    continue  # a loop of one iteration (a tile of size 1)
+                loop = _expr_text(exprs[m])
+                what = f"The loop over {loop} ({', '.join(names)})"
+                found = L.carried(node, m, self.scop, self.deps)
+                mark = marks.get(m)
+                if found:
+                    self.say("parallel", f"{what} is sequential: it carries the "
+                             f"{found[0].describe(self.scop)}.",
+                             str(L.carried_relation(node, m, self.deps)))
+                elif mark == "parallel":
+                    self.say("parallel", f"{what} runs in parallel (omp parallel for): no "
+                             "dependence crosses its iterations.",
+                             "the band member is coincident" if
+                             node.band_member_get_coincident(m) else "")
+                elif mark == "simd":
+                    self.say("parallel", f"{what} is parallel and vectorised (omp simd).")
+                elif inside or marks:
+                    nested.append(loop)
+                else:
+                    why = ("Options(parallel=False)" if not o.parallel else
+                           f"the kernel has {points} statement instances, fewer than "
+                           f"parallel_min_points={o.parallel_min_points}"
+                           if points < o.parallel_min_points else
+                           "an outer loop of the nest is already chosen" if m else
+                           "your hand schedule does not mark it" if o.schedule else
+                           "it is not the outermost parallel loop of its nest")
+                    self.say("parallel", f"{what} could run in parallel but runs "
+                             f"sequentially: {why}.")
+            if nested:
+                many = len(nested) > 1
+                self.say("parallel", f"The loop{'s' * many} over {', '.join(nested)} "
+                         f"({', '.join(names)}) {'are' if many else 'is'} parallel too, but "
+                         f"run{'' if many else 's'} sequentially inside the parallel loop "
+                         "(one parallel region per loop nest).")
+
+    # --- tiling ------------------------------------------------------------------------
+    def tiling(self):
+        from .tiling.machine import host
+
+        o = self.b.options
+        for entry in self.b.tiling:
+            kind = entry[0]
+            if kind == "contraction":
+                d = entry[2]
+                src = self.source
+                if src == "the cost model":
+                    m = host()
+                    src += (f" (register tile from {m.vector_registers} vector registers "
+                            f"of {m.vector_bytes} bytes, cache tiles from L1 {m.l1 // 1024}"
+                            f" KiB and L2 {m.l2 // 1024} KiB, tile height balanced over "
+                            f"{m.cores} cores)")
+                self.say("tiling", f"{self.label(entry[1])} is a contraction: cache tiles "
+                         f"{'x'.join(map(str, d['cache']))} and register tiles "
+                         f"{'x'.join(map(str, d['register']))} over its loops in the order "
+                         f"{d['order']}; sizes from {src}.", str(entry))
+            elif kind == "simd":
+                self.say("vectorize", f"The innermost loop of {', '.join(entry[1])} is "
+                         "parallel and unit-stride for the writes: marked omp simd.",
+                         str(entry))
+            elif kind == "promote":
+                self.say("vectorize", f"{self.label(entry[1])}: its innermost loop is a "
+                         "reduction into one element, accumulated in a register (a "
+                         "vectorised reduction for + and *).", str(entry))
+        if not any(e[0] == "contraction" for e in self.b.tiling):
+            why = ("your hand schedule decides the tiles" if o.schedule else
+                   "tiling is switched off (Options(tile=()))" if o.tile == () else
+                   "no band is a contraction (a reduction with reuse across its result "
+                   "dimensions), so no band is cache-tiled")
+            self.say("tiling", f"Nothing is cache-tiled: {why}.")
+
+
+def nests(schedule) -> list:
+    """The loop nests in execution order: ``(statement names, outer band or None)``."""
+    out = []
+
+    def visit(node):
+        t = node.get_type()
+        N = isl.schedule_node_type
+        if t == N.band:
+            out.append((statements_below(node), node.copy()))
+            return
+        if t == N.leaf:
+            out.append((statements_below(node), None))
+            return
+        for i in range(node.n_children()):
+            visit(node.child(i))
+
+    visit(schedule.get_root())
+    return [(_sorted_names(n), b) for n, b in out]
+
+
+def _sorted_names(names):
+    return sorted(names, key=lambda n: (int(n[1:]), n[0] != "I"))
+
+
+def loops(schedule) -> list:
+    """``(band, {member: mark kind}, inside a parallel loop)`` for every band."""
+    out = []
+
+    def visit(node, mark, inside):
+        t = node.get_type()
+        if t == isl.schedule_node_type.mark:
+            kind = node.mark_get_id().get_name().partition(":")[0]
+            return visit(node.child(0), kind, inside)
+        if t == isl.schedule_node_type.band:
+            out.append((node.copy(), {0: mark} if mark else {}, inside))
+            inside = inside or mark == "parallel"
+        for i in range(node.n_children()):
+            visit(node.child(i), None, inside)
+
+    visit(schedule.get_root(), None, False)
+    return out
+
+
+def strip_marks(schedule):
+    """The schedule without its mark nodes."""
+    def visit(node):
+        while node.get_type() == isl.schedule_node_type.mark:
+            node = node.delete()
+        for i in range(node.n_children()):
+            node = visit(node.child(i)).parent()
+        return node
+
+    return visit(schedule.get_root()).get_schedule()
+
+
+def _index(schedule, band) -> int:
+    """The pre-order number of ``band`` among the bands of ``schedule``."""
+    return next(k for k, n in enumerate(H.bands(schedule)) if n.is_equal(band))
+
+
+def _constant(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+def _broken(err) -> str:
+    """``would run the <dependence> backwards`` from an illegal step's error."""
+    return "would " + err.message.split("is illegal: it ")[-1].replace("runs", "run", 1)
