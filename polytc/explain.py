@@ -201,7 +201,7 @@ class _Explainer:
             gb = next((k for k, g in enumerate(groups) if set(b) & set(g)), None)
             if ga is not None and gb is not None and ga != gb:
                 self.say("fusion", f"{head}: the tiler split them so that the contraction "
-                         "is a band of its own, which cache and register tiling need.",
+                         "is a band of its own, as cache and register tiling need.",
                          f"split groups {groups}")
                 return
         if self.b.options.fusion == "min" and not self.b.options.schedule:
@@ -232,7 +232,9 @@ class _Explainer:
             if "is illegal" in err.message:
                 return f"Fusing their outer loops without a shift would be illegal: it " \
                        f"{_broken(err)}."
-            return f"They cannot be fused as they are ({err.message})."
+            return ("In isl's schedule their loops are not neighbouring bands of one "
+                    "sequence, so fusing them is more than one step; the strategy kept "
+                    "them apart.")
         band = H.bands(fused)[ia]
         lost = [m for m in range(band.band_n_member())
                 if (na.band_member_get_coincident(m) or nb.band_member_get_coincident(m))
@@ -321,8 +323,12 @@ class _Explainer:
                          "reduction into one element, accumulated in a register (a "
                          "vectorised reduction for + and *).", str(entry))
         if not any(e[0] == "contraction" for e in self.b.tiling):
+            split = any(e[0] == "split" for e in self.b.tiling)
             why = ("your hand schedule decides the tiles" if o.schedule else
                    "tiling is switched off (Options(tile=()))" if o.tile == () else
+                   "the tiler split the contractions from the statements around them, but "
+                   "none has a parallel loop that is unit-stride for its result and for an "
+                   "input (vector loads would be gathers), so none is tiled" if split else
                    "no band is a contraction (a reduction with reuse across its result "
                    "dimensions), so no band is cache-tiled")
             self.say("tiling", f"Nothing is cache-tiled: {why}.")

@@ -119,6 +119,11 @@ class Session:
                                         self.options, self.fuse, self.target)
         return p
 
+    def __repr__(self):
+        return (f"<polytc.onnx.Session {len(self.graph.nodes)} nodes, inputs "
+                f"{list(self.graph.inputs)}, outputs {list(self.graph.outputs)}, "
+                f"target={self.target}>")
+
     def _repr_html_(self) -> str:
         """The graph coloured by fusion group, for Jupyter (``polytc.display.graph``)."""
         try:

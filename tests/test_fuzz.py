@@ -350,3 +350,54 @@ def test_float_literal_overflowing_float32(expr):
     k = polytc.tc("def f(float(N) A) -> (O) {\n    O(i) = " + expr + "\n}")
     A = np.ones(3, F32)
     np.testing.assert_array_equal(k(A), reference.run(k.program, [A])["O"])
+
+
+# --- hand schedules: an accepted step never changes the answer -------------------------------
+_STEP = st.tuples(st.sampled_from(["tile", "interchange", "split", "fuse", "distribute",
+                                   "parallel", "vectorize", "unroll"]),
+                  st.integers(0, 5), st.integers(0, 3), st.integers(1, 3))
+
+
+def _step(s, step):
+    """Apply a drawn step, its band and loop numbers taken modulo the schedule's."""
+    name, band, a, b = step
+    sizes = [0] * (1 + max([d["band"] for d in s.loops], default=-1))
+    if not sizes:
+        return s
+    for d in s.loops:
+        sizes[d["band"]] += 1
+    band %= len(sizes)
+    n = sizes[band]
+    a, b = a % n, (b % n if name == "interchange" else b)
+    a = max(1, a) if name == "split" else a
+    call = {"tile": lambda: s.tile(band, (b,) * max(1, a)),
+            "interchange": lambda: s.interchange(band, a, b),
+            "split": lambda: s.split(band, a),
+            "fuse": lambda: s.fuse(band, band + b),
+            "distribute": lambda: s.distribute(band),
+            "parallel": lambda: s.parallel(band, a),
+            "vectorize": lambda: s.vectorize(band),
+            "unroll": lambda: s.unroll(band, a)}[name]
+    return call()
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(g=progen.programs(), sizes=progen.sizes(), seed=st.integers(0, 2 ** 32 - 1),
+       start=st.sampled_from(["isl", "program"]), steps=st.lists(_STEP, max_size=6))
+def test_random_hand_schedules_agree_with_the_oracle(g, sizes, seed, start, steps):
+    """Random steps on random programs: each is either refused with a ScheduleError, or
+    the kernel compiled with the schedule so far gives the oracle's results (legality
+    checks are sound)."""
+    note(g.src)
+    kernel = polytc.tc(g.src)
+    inputs = g.make_inputs(sizes, np.random.default_rng(seed))
+    expected = reference.run(kernel.program, inputs)
+    s = kernel.schedule(*inputs, start=start)
+    for step in steps:
+        try:
+            s = _step(s, step)
+        except polytc.ScheduleError:
+            continue
+    note(str(s))
+    bad = mismatches(kernel.with_schedule(s)(*inputs), g.outputs, expected)
+    assert not bad, bad

@@ -118,6 +118,8 @@ def test_distribute_is_checked():
     (lambda s: s.vectorize(5), "there is no band 5"),
     (lambda s: s.distribute(2), "the band runs one statement; nothing to distribute"),
     (lambda s: s.undo(), "nothing to undo"),
+    (lambda s: s.vectorize(2).vectorize(3), "vectorize(3): this loop is vectorised already"),
+    (lambda s: s.vectorize(1), "vectorize(1): the loop marked simd is not parallel"),
 ])
 def test_bad_steps_say_what_is_wrong(mm, step, msg):
     k, A, B = mm
@@ -157,3 +159,15 @@ def test_hand_schedules_are_for_c(mm):
     s = k.schedule(A, B)
     with pytest.raises(polytc.UnsupportedError, match="hand schedules compile for the C"):
         k.with_schedule(s).to("opencl").specialize(A, B)
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: s.tile("0", (4,)), lambda s: s.tile(0, None), lambda s: s.tile(0, ("a",)),
+    lambda s: s.interchange(0, 0.5, 1), lambda s: s.split(0, None), lambda s: s.fuse(0, "1"),
+    lambda s: s.parallel(-1), lambda s: s.unroll(0, 7), lambda s: s.tile(0, 2 ** 70),
+])
+def test_garbage_arguments_raise_polytc_errors(mm, call):
+    k, A, B = mm
+    with pytest.raises(polytc.PolytcError) as e:
+        call(k.schedule(A, B, start="program"))
+    assert not isinstance(e.value, polytc.InternalError), e.value

@@ -2,6 +2,7 @@
 introspection, named passes."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -227,3 +228,18 @@ def test_threads_share_a_kernel_with_temporaries():
         outs = list(ex.map(k, xs))
     for x, y in zip(xs, outs):
         np.testing.assert_allclose(y, np_softmax(x), rtol=1e-5, atol=1e-6)
+
+
+def test_process_exits_cleanly_after_parallel_kernels():
+    """Unloading the last kernel library at exit used to unload libgomp under its own
+    spinning worker threads (SIGSEGV); the OpenMP runtime is now pinned."""
+    script = ("import numpy as np, polytc\n"
+              "k = polytc.tc('def mm(float(M,K) A, float(K,N) B) -> (C) "
+              "{ C(m,n) +=! A(m,k)*B(k,n) }')\n"
+              "A = np.ones((256, 256), np.float32)\n"
+              "for _ in range(3): k(A, A)\n")
+    env = dict(os.environ, OMP_WAIT_POLICY="active")
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, (r.returncode, r.stderr[-2000:])

@@ -146,9 +146,11 @@ def _isolate(node, m):
 
 
 def _tile(node, scop, deps, where, sizes, bands):
-    sizes = [sizes] if isinstance(sizes, int) else list(sizes)
+    sizes = [sizes] if isinstance(sizes, int) else list(sizes) \
+        if isinstance(sizes, (list, tuple)) else []
     n = node.band_n_member()
-    if not sizes or len(sizes) > n or any(not isinstance(s, int) or s < 1 for s in sizes):
+    if not sizes or len(sizes) > n or \
+            any(not isinstance(s, int) or not 1 <= s < 2 ** 31 for s in sizes):
         raise ScheduleError(f"{where}: give 1 to {n} positive tile sizes for this band")
     if len(sizes) < n:
         node = node.band_split(len(sizes))
@@ -232,7 +234,11 @@ def _vectorize(node, scop, deps, where, bands):
     if any(n.get_type() == isl.schedule_node_type.band for n in _descendants(node)):
         raise ScheduleError(f"{where}: only the innermost band's last loop can be "
                             "vectorised; this band has bands below it")
-    return insert_mark(_isolate(node, node.band_n_member() - 1), "simd")
+    last = _isolate(node, node.band_n_member() - 1)
+    if last.parent().get_type() == isl.schedule_node_type.mark and \
+            last.parent().mark_get_id().get_name().startswith("simd:"):
+        raise ScheduleError(f"{where}: this loop is vectorised already")
+    return insert_mark(last, "simd")
 
 
 def _unroll(node, scop, deps, where, m, bands):

@@ -64,7 +64,7 @@ class Schedule:
     # --- the transformations -----------------------------------------------------------
     def tile(self, band: int, sizes) -> "Schedule":
         """Tile the first ``len(sizes)`` loops of ``band`` (a tile band, then a point band)."""
-        return self._then("tile", band, tuple(sizes) if not isinstance(sizes, int) else sizes)
+        return self._then("tile", band, tuple(sizes) if isinstance(sizes, list) else sizes)
 
     def interchange(self, band: int, a: int = 0, b: int = 1) -> "Schedule":
         """Swap loops ``a`` and ``b`` of ``band``."""

@@ -42,6 +42,21 @@ def _ffi(nargs: int):
     return ffi
 
 
+@functools.lru_cache(maxsize=None)
+def _pin_openmp():
+    """Keep the OpenMP runtime loaded for the whole process.  Kernel libraries are its
+    only users; when the last one is unloaded (at exit, by cffi) while OpenMP's worker
+    threads still spin inside it, the process dies with SIGSEGV.  ctypes never unloads."""
+    import ctypes
+
+    for name in ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so"):
+        try:
+            return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+    return None
+
+
 class CompiledKernel:
     """A program compiled for one set of sizes.  ``stages`` holds the text of every
     stage: ``tc``, ``scop``, ``dependences``, ``schedule``, ``ast``, ``c``."""
@@ -64,6 +79,7 @@ class CompiledKernel:
         self._scratch: list = []  # free sets of temporaries, reused across calls
         self._copies: list = []  # free sets of aligned input buffers, likewise
         ffi = _ffi(len(program.inputs) + len(program.outputs) + len(program.temporaries))
+        _pin_openmp()
         self._lib = ffi.dlopen(lib_path)
         self._fn = self._lib.polytc_kernel
         self._buf = ffi.from_buffer
