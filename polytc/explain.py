@@ -111,7 +111,7 @@ class _Explainer:
         self.out.append(Fact(topic, text, fact))
 
     def facts(self) -> list:
-        self.nests = nests(self.b.schedule)
+        self.nests = nests(self.b.schedule, self.scop)
         self.fusion()
         self.parallel()
         self.tiling()
@@ -157,14 +157,14 @@ class _Explainer:
             self.apart(a, na, b, nb)
 
     def links(self, src, dst) -> str:
-        """The dependences from statements ``src`` to statements ``dst`` as isl text."""
-        dom = lambda names: H.union_all([isl.UnionSet.from_set(s.domain)  # noqa: E731
-                                    for s in self.scop.stmts if s.name in names])
-        d = self.deps.raw.union(self.deps.waw).union(self.deps.war)
-        d = d.intersect_domain(dom(src)).intersect_range(dom(dst))
-        d = d.subtract(d.intersect_range(dom(src)).intersect_domain(dom(src))) \
-            if set(src) == set(dst) and len(src) > 1 else d
-        return "" if d.is_empty() else str(d.coalesce())
+        """The dependences from statements ``src`` to other statements ``dst``, as isl
+        text (a statement's dependences on itself are not links)."""
+        d = self.deps.validity
+        out = [m for m in L._maps(d) if m.get_tuple_name(isl.dim_type.in_) in src and
+               m.get_tuple_name(isl.dim_type.out) in dst and
+               m.get_tuple_name(isl.dim_type.in_) != m.get_tuple_name(isl.dim_type.out)]
+        return "" if not out else str(H.union_all(
+            [isl.UnionMap.from_map(m) for m in out]).coalesce())
 
     def unshifted(self, stmts):
         """Say why the shift is needed: program order fused without one is illegal."""
@@ -221,7 +221,7 @@ class _Explainer:
         if sch is None:
             return "The scheduler is off: statements run in program order."
         sch = strip_marks(sch)
-        outer = nests(sch)
+        outer = nests(sch, self.scop)
         na = next((n for names, n in outer if set(a) <= set(names)), None)
         nb = next((n for names, n in outer if set(b) <= set(names)), None)
         if na is None or nb is None or na.is_equal(nb):
@@ -334,7 +334,7 @@ class _Explainer:
             self.say("tiling", f"Nothing is cache-tiled: {why}.")
 
 
-def nests(schedule) -> list:
+def nests(schedule, scop) -> list:
     """The loop nests in execution order: ``(statement names, outer band or None)``."""
     out = []
 
@@ -351,11 +351,7 @@ def nests(schedule) -> list:
             visit(node.child(i))
 
     visit(schedule.get_root())
-    return [(_sorted_names(n), b) for n, b in out]
-
-
-def _sorted_names(names):
-    return sorted(names, key=lambda n: (int(n[1:]), n[0] != "I"))
+    return [(_sorted(scop, n), b) for n, b in out]
 
 
 def loops(schedule) -> list:

@@ -97,6 +97,8 @@ def test_stencil_fused_with_a_shift():
     fusion = e.about("fusion")
     one(fusion, "S0 (line 2: B(i) = A(i) + A(i + 1)) and S1 (line 3: C(i) = B(i) + B(i + 1)) "
                 "are fused", "aligned with a shift (S0: i | S1: 1 + i)")
+    fused = next(f for f in e.facts if "are fused" in f.text)
+    assert fused.isl.startswith("{ S0[x0] -> S1[x0'] : ")  # the dependences linking them
     one(fusion, "Without the shift, fusing them would be illegal: it would run the flow "
                 "(read after write) dependence S0(i=1) -> S1(i=0) on 'B' (line 2 -> line 3) "
                 "backwards")

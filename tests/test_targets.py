@@ -187,6 +187,21 @@ def cuda_source(entry, options=polytc.Options(), **sizes):
 
 
 @pytest.mark.skipif(not _nvcc(), reason="nvcc not found")
+def test_ptx_is_compiled_once_then_read_from_the_disk_cache(monkeypatch):
+    from polytc import codegen_cuda
+    from polytc.runtime import cuda
+
+    monkeypatch.setattr(cuda, "_arch", lambda: "90")
+    calls = []
+    real = codegen_cuda.compile_ptx
+    monkeypatch.setattr(codegen_cuda, "compile_ptx",
+                        lambda src, arch=None: calls.append(arch) or real(src, arch))
+    src = 'extern "C" __global__ void polytc_k0(float *x) { x[threadIdx.x] += 1.0f; }\n'
+    first, second = cuda.ptx(src), cuda.ptx(src)
+    assert first == second and ".entry polytc_k0" in first and calls == ["90"]
+
+
+@pytest.mark.skipif(not _nvcc(), reason="nvcc not found")
 @pytest.mark.parametrize("entry", params(CATALOGUE))
 def test_cuda_compiles_to_ptx(entry):
     from polytc.codegen_cuda import compile_ptx

@@ -16,7 +16,6 @@ import tempfile
 import threading
 import time
 
-import filelock
 
 from .. import config
 from ..diagnostics import CompilationError, InternalError
@@ -231,30 +230,13 @@ def build_shared_object(c_source: str, key_parts: dict | None = None) -> str:
     ident = compiler_identity()
     key = cache_key(kind="c-so", source=c_source, flags=flags, cc=ident,
                     target=_native_target(flags), **key_parts)
-    cache = DiskCache()
-    entry = cache.get(key)
-    if entry is None:
-        lock = cache.lock(key)
-        try:
-            lock.acquire()
-            locked = True
-        except filelock.Timeout:
-            config.log(1, f"timed out waiting for the build lock of {key[:16]}; "
-                          "building anyway")
-            locked = False
-        try:
-            entry = cache.get(key)
-            if entry is None:
-                so, info = _build(c_source, cc, flags)
-                meta = {"kind": "c-so", "flags": flags, "cc": ident, **info}
-                entry = cache.put(key, {"kernel.c": c_source.encode("utf-8"),
-                                        "kernel.so": so}, meta)
-            else:
-                config.log(1, f"C kernel {key[:16]} was built by another process")
-        finally:
-            if locked:
-                lock.release()
-    else:
+    def build():
+        so, info = _build(c_source, cc, flags)
+        return ({"kernel.c": c_source.encode("utf-8"), "kernel.so": so},
+                {"kind": "c-so", "flags": flags, "cc": ident, **info})
+
+    entry, built = DiskCache().get_or_build(key, build)
+    if not built:
         config.log(1, f"C kernel {key[:16]} found in cache")
     return os.path.join(entry["dir"], "kernel.so")
 

@@ -243,7 +243,7 @@ def _vectorize(node, scop, deps, where, bands):
 
 def _unroll(node, scop, deps, where, m, bands):
     m = _member(node, m, where)
-    part = L._member_map(node.band_get_partial_schedule_union_map()
+    part = L.member_map(node.band_get_partial_schedule_union_map()
                          .intersect_domain(node.get_domain()), m, node.band_n_member())
     values = part.range()
     trips = 0

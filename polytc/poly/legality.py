@@ -123,8 +123,8 @@ def _across(node: isl.ScheduleNode, member: int):
     band = node.band_get_partial_schedule_union_map().intersect_domain(dom)
     n = node.band_n_member()
     for m in range(member):
-        outer = outer.flat_range_product(_member_map(band, m, n))
-    this = _member_map(band, member, n)
+        outer = outer.flat_range_product(member_map(band, m, n))
+    this = member_map(band, member, n)
     return dom, outer.apply_range(outer.reverse()), this.apply_range(this.reverse())
 
 
@@ -148,7 +148,7 @@ def carried_relation(node, member: int, deps: Dependences) -> isl.UnionMap:
     return d.intersect(same_outer).subtract(same_here).coalesce()
 
 
-def _member_map(band: isl.UnionMap, m: int, n: int) -> isl.UnionMap:
+def member_map(band: isl.UnionMap, m: int, n: int) -> isl.UnionMap:
     """The band's partial schedule restricted to its member ``m``."""
     out = []
 

@@ -18,6 +18,7 @@ from ..display import wrap
 from ..diagnostics import KernelRuntimeError, PolytcError
 from ..lang import sizes as S
 from .cache import DiskCache
+from .kernel import Specialised
 
 
 def build(program, env, options, target: str, backend):
@@ -44,21 +45,20 @@ def build(program, env, options, target: str, backend):
 
 
 def load_or_build(program, env, options, key, target, backend):
-    disk = DiskCache()
-    entry = disk.get(key)
-    b = None
-    if entry is None:
-        with disk.lock(key):
-            entry = disk.get(key)
-            if entry is None:
-                b, meta = build(program, env, options, target, backend)
-                entry = disk.put(key, {"kernel.src": b.code.encode()}, meta)
-                config.log(1, f"compiled {program.name} {env} for {target} in "
-                              f"{sum(meta['timings'].values()) * 1e3:.0f} ms")
-    return backend.Compiled(program, env, options, entry["meta"], b)
+    made = []
+
+    def make():
+        b, meta = build(program, env, options, target, backend)
+        made.append(b)
+        config.log(1, f"compiled {program.name} {env} for {target} in "
+                      f"{sum(meta['timings'].values()) * 1e3:.0f} ms")
+        return {"kernel.src": b.code.encode()}, meta
+
+    entry, _ = DiskCache().get_or_build(key, make)
+    return backend.Compiled(program, env, options, entry["meta"], made[0] if made else None)
 
 
-class AcceleratorKernel:
+class AcceleratorKernel(Specialised):
     """A program compiled for one set of sizes on an accelerator.  ``stages`` as for the
     C target, with ``mapping`` and the kernel source under the target's name."""
 
@@ -87,16 +87,6 @@ class AcceleratorKernel:
     @property
     def schedule(self) -> str:
         return self.stages["schedule"]
-
-    def __repr__(self):
-        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
-        return f"<CompiledKernel {self.program.name} [{sizes}] target={self.target}>"
-
-    def _repr_html_(self) -> str:
-        from ..display import stages_html
-
-        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
-        return stages_html(self.stages, f"{self.program.name} [{sizes}] target={self.target}")
 
     # --- one call ------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):

@@ -330,6 +330,32 @@ class DiskCache:
                             hint="the cache directory keeps changing under polytc; "
                                  "remove it or set POLYTC_CACHE_DIR elsewhere")
 
+    def get_or_build(self, key: str, build) -> tuple[dict, bool]:
+        """The entry of ``key``, made by ``build() -> (files, meta)`` when missing.  The
+        build runs under the key's inter-process lock, so concurrent processes build it
+        once; past the lock's timeout this one builds anyway.  Returns ``(entry, True)``
+        when this call built it."""
+        entry = self.get(key)
+        if entry is not None:
+            return entry, False
+        lock = self.lock(key)
+        try:
+            lock.acquire()
+            locked = True
+        except filelock.Timeout:
+            config.log(1, f"timed out waiting for the build lock of {key[:16]}; "
+                          "building anyway")
+            locked = False
+        try:
+            entry = self.get(key)  # another process may have built it meanwhile
+            if entry is not None:
+                return entry, False
+            files, meta = build()
+            return self.put(key, files, meta), True
+        finally:
+            if locked:
+                lock.release()
+
     def lock(self, key: str) -> filelock.FileLock:
         """An inter-process lock for building ``key`` (``with cache.lock(key): ...``)."""
         _check_key(key)

@@ -84,14 +84,8 @@ def ptx(source: str) -> str:
 
     arch = _arch()
     key = cache_key(kind="ptx", source=source, arch=arch, nvcc=nvcc_command())
-    disk = DiskCache()
-    entry = disk.get(key)
-    if entry is None:
-        with disk.lock(key):
-            entry = disk.get(key)
-            if entry is None:
-                text = compile_ptx(source, arch)
-                entry = disk.put(key, {"kernel.ptx": text.encode()}, {"arch": arch})
+    entry, _ = DiskCache().get_or_build(key, lambda: (
+        {"kernel.ptx": compile_ptx(source, arch).encode()}, {"arch": arch}))
     with open(f"{entry['dir']}/kernel.ptx", encoding="utf-8") as f:
         return f.read()
 

@@ -57,7 +57,23 @@ def _pin_openmp():
     return None
 
 
-class CompiledKernel:
+class Specialised:
+    """What a program compiled for one set of sizes shows, on any target."""
+
+    target = "c"
+
+    def __repr__(self):
+        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        return f"<CompiledKernel {self.program.name} [{sizes}] target={self.target}>"
+
+    def _repr_html_(self) -> str:
+        from ..display import stages_html
+
+        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        return stages_html(self.stages, f"{self.program.name} [{sizes}] target={self.target}")
+
+
+class CompiledKernel(Specialised):
     """A program compiled for one set of sizes.  ``stages`` holds the text of every
     stage: ``tc``, ``scop``, ``dependences``, ``schedule``, ``ast``, ``c``."""
 
@@ -111,16 +127,6 @@ class CompiledKernel:
             source = "your Options" if self.options.tile or self.options.register_tile \
                 else "the cost model"
         return explain(self.program, self.env, self.options, source, vectorizer)
-
-    def __repr__(self):
-        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
-        return f"<CompiledKernel {self.program.name} [{sizes}] target=c>"
-
-    def _repr_html_(self) -> str:
-        from ..display import stages_html
-
-        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
-        return stages_html(self.stages, f"{self.program.name} [{sizes}] target=c")
 
     # --- running -------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):
@@ -244,6 +250,9 @@ class Kernel:
         """Why the compiler did what it did for the sizes of these inputs: which
         statements were fused, which loops run in parallel, the tiles and where their
         sizes came from, what was vectorised (see ``CompiledKernel.explain``)."""
+        if self.target != "c":
+            raise PolytcError(f"explain() describes the C target's decisions; this kernel "
+                              f"targets '{self.target}'", hint="kernel.to('c').explain(...)")
         ck = self._specialize(A.as_arrays(self.program, args))
         source = None
         if not self._explicit:
@@ -251,9 +260,6 @@ class Kernel:
 
             if tuning.lookup(self.program, ck.env, target=self.target) is not None:
                 source = "the tuning cache (polytc.autotune)"
-        if self.target != "c":
-            raise PolytcError(f"explain() describes the C target's decisions; this kernel "
-                              f"targets '{self.target}'", hint="kernel.to('c').explain(...)")
         return ck.explain(vectorizer, source)
 
     def with_schedule(self, schedule) -> "Kernel":
@@ -350,20 +356,20 @@ def _signature(a) -> tuple:
 
 
 def _load_or_build(program, env, options, key) -> CompiledKernel:
-    disk = DiskCache()
-    entry = disk.get(key)
-    if entry is None:
-        with disk.lock(key):
-            entry = disk.get(key)
-            if entry is None:
-                build, so_bytes, meta = _build(program, env, options)
-                entry = disk.put(key, {"kernel.so": so_bytes}, meta)
-                config.log(1, f"compiled {program.name} {env} in "
-                              f"{sum(meta['timings'].values()) * 1e3:.0f} ms")
-                return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so",
-                                      entry["meta"], build)
-    config.log(1, f"{program.name} {env}: loaded from the disk cache")
-    return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so", entry["meta"])
+    made = []
+
+    def build():
+        b, so_bytes, meta = _build(program, env, options)
+        made.append(b)
+        config.log(1, f"compiled {program.name} {env} in "
+                      f"{sum(meta['timings'].values()) * 1e3:.0f} ms")
+        return {"kernel.so": so_bytes}, meta
+
+    entry, built = DiskCache().get_or_build(key, build)
+    if not built:
+        config.log(1, f"{program.name} {env}: loaded from the disk cache")
+    return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so", entry["meta"],
+                          made[0] if made else None)
 
 
 def _build(program, env, options):
