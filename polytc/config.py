@@ -14,6 +14,8 @@
                         first GPU, else the first device)
 ``POLYTC_NVCC``         the CUDA compiler (default ``nvcc``)
 ``POLYTC_CUDA_ARCH``    the ``compute_XY`` to compile for without a GPU (default 90)
+``POLYTC_FUZZ_EXAMPLES`` programs the differential fuzzer of the test suite draws
+                        (tests/test_differential.py; default 200: about half a minute)
 =====================  ===========================================================
 """
 from __future__ import annotations
@@ -64,6 +66,13 @@ def nvcc() -> str:
 
 def cuda_arch() -> str:
     return os.environ.get("POLYTC_CUDA_ARCH", "90")
+
+
+def fuzz_examples(default: int = 200) -> int:
+    try:
+        return max(1, int(os.environ.get("POLYTC_FUZZ_EXAMPLES", default)))
+    except ValueError:
+        return default
 
 
 def num_threads() -> int | None:

@@ -17,6 +17,14 @@ without a fault for every size in ``SIZE_RANGE``:
 * every index appears in some subscript, so its range infers (or is given); the indices
   not on the left are reduction indices and the statement then uses a ``!`` reduction.
 
+With ``full=True`` (the differential fuzzer, tests/test_differential.py) programs also use
+every assignment operator with and without ``!`` (an accumulating first write starts from
+the operator's identity), update tensors written before (``T0(i) += ...`` after
+``T0(i) = ...``, possibly reading ``T0`` itself), constant subscripts, and ranges that
+start above 0 (``where i in 1:N``: outputs partly written).  ``sizes(full=True)`` adds
+zero and odd sizes, for which a program may be out of bounds (then every target must
+raise a polytc error), and ``arrays_for`` adds NaN and infinities to float inputs.
+
 Values stay small (a bound on ``|value|`` is tracked through every expression) so that
 float32 results compare to the numpy oracle with a tolerance, and comparisons only look at
 inputs, indices and constants, never at computed floats (so the few ulps by which compiled
@@ -98,6 +106,14 @@ class Var:
     name: str
     dim: Dim
     offset: int = 0  # > 0: 'where v in 0:dim - offset', subscripts 'v + o', o <= offset
+    lo: int = 0  # > 0: 'where v in lo:...'
+    given: bool = False  # its range is always written out (an update's left-hand side)
+
+    def where(self) -> str | None:
+        if not (self.offset or self.lo or self.given):
+            return None
+        hi = f"{self.dim.text()} - {self.offset}" if self.offset else self.dim.text()
+        return f"{self.name} in {self.lo}:{hi}"
 
     def out_dim(self) -> Dim:
         return Dim(self.dim.atoms, self.dim.sub + self.offset)
@@ -147,10 +163,11 @@ def _join(op, a: Expr, b: Expr, bound) -> Expr:
 class _Statement:
     """State while drawing one statement."""
 
-    def __init__(self, draw, tensors: list, kind: str):
+    def __init__(self, draw, tensors: list, kind: str, full: bool = False):
         self.draw = draw
         self.tensors = tensors  # readable tensors, inputs first
         self.kind = kind  # "float" | "int" | "mixed"
+        self.full = full
         self.vars: dict = {}  # name -> Var
         self.mixed: set = set()  # vars whose uses have different extents
         self.reads: set = set()  # names of the tensors read
@@ -165,9 +182,12 @@ class _Statement:
                    if v.offset == 0 and v.dim.sub == 0 and dim.sub == 0 and v.dim != dim]
         # a new index when none fits, or (while there are few) sometimes
         fresh = not (same or mixable) or len(self.vars) < 4
+        const = self.full and dim.min_value() >= 1
         choice = draw(st.sampled_from(
             (["same"] * 3 if same else []) + (["mix"] if mixable else []) +
-            (["new"] * 2 if fresh else [])))
+            (["new"] * 2 if fresh else []) + (["const"] if const else [])))
+        if choice == "const":
+            return str(draw(st.integers(0, min(2, dim.min_value() - 1))))
         if choice == "same":
             v = draw(st.sampled_from(same))
             if v.offset:
@@ -184,7 +204,9 @@ class _Statement:
         room = dim.min_value() - 1
         if room >= 1 and draw(st.integers(0, 3)) == 0:
             offset = draw(st.integers(1, min(2, room)))
-        self.vars[name] = Var(name, dim, offset)
+        lo = 1 if self.full and not offset and dim.min_value() >= 2 and \
+            draw(st.integers(0, 5)) == 0 else 0
+        self.vars[name] = Var(name, dim, offset, lo)
         if offset:
             o = draw(st.integers(0, offset))
             return f"{name} + {o}" if o else name
@@ -289,8 +311,28 @@ class _Statement:
         return Expr(f"{f}({a.text}, {b.text})", dt, max(a.bound, b.bound), atomic=True)
 
 
+#: the assignment operators of a statement with reduction indices and without
+REDUCE_OPS = ("+=!", "max=!", "min=!", "*=!")
+ALL_REDUCE_OPS = REDUCE_OPS + ("+=", "max=", "min=", "*=")
+PLAIN_OPS = ("=", "=", "=", "+=!")
+ALL_PLAIN_OPS = ("=", "=", "+=!", "+=", "max=", "min=", "*=", "max=!")
+
+
+def _bound_after(op: str, rhs: float, count: int, old: float | None) -> float:
+    """A bound on |T| after ``T op rhs`` reducing ``count`` values (``old``: T's bound
+    before, for an update: the elements it does not write keep it)."""
+    start = 0.0 if old is None or op.endswith("!") else old
+    if op.startswith("+"):
+        new = start + rhs * count
+    elif op.startswith("*"):
+        new = max(start, 1.0) * (rhs ** min(count, 64) if rhs > 1 else 1.0)
+    else:
+        new = max(start, rhs)
+    return new if old is None else max(new, old)
+
+
 @st.composite
-def programs(draw, max_statements: int = 4):
+def programs(draw, max_statements: int = 4, full: bool = False):
     kind = draw(st.sampled_from(["float", "float", "int", "mixed"]))
     dim_atoms = list(SIZE_NAMES) + list(CONST_DIMS)
     n_in = draw(st.integers(1, 3))
@@ -306,31 +348,50 @@ def programs(draw, max_statements: int = 4):
     lines, written, read_later = [], [], set()
     n_st = draw(st.integers(1, max_statements))
     for s in range(n_st):
-        gen = _Statement(draw, tensors, kind)
+        gen = _Statement(draw, tensors, kind, full)
+        # an update of a tensor written before (full programs): its indices come first
+        target = draw(st.sampled_from(written)) if full and written and \
+            draw(st.integers(0, 3)) == 0 else None
+        preset = []
+        for d in target.dims if target is not None else ():
+            v = draw(st.sampled_from([n for n in INDEX_NAMES if n not in gen.vars]))
+            gen.vars[v] = Var(v, d, given=True)
+            preset.append(v)
         rhs = gen.expr(draw(st.integers(0, 3)))
         read_later |= gen.reads
         names = list(gen.vars)
-        lhs = draw(st.lists(st.sampled_from(names), unique=True,
-                            max_size=min(3, len(names)))) if names else []
+        if target is not None and rhs.dtype != target.dtype:
+            target = None  # no narrowing assignment: a fresh tensor over the same indices
+        if target is not None:
+            lhs = preset
+            read_later.add(target.name)
+        else:
+            lhs = draw(st.lists(st.sampled_from(names), unique=True,
+                                max_size=min(3, len(names)))) if names else []
         red = [v for v in names if v not in lhs]
         count = 1
         for v in red:
             count *= max(gen.vars[v].out_dim().max_value(), 1)
-        if red:
-            op = draw(st.sampled_from(["+=!", "max=!", "min=!", "*=!"]))
-        else:
-            op = draw(st.sampled_from(["=", "=", "=", "+=!"]))  # '+=!' alone means '='
-        bound = rhs.bound
-        if red and op == "+=!":
-            bound = rhs.bound * count
-        elif red and op == "*=!":
-            bound = rhs.bound ** min(count, 64) if rhs.bound > 1 else 1.0
+        ops = (ALL_REDUCE_OPS if full else REDUCE_OPS) if red else \
+            (ALL_PLAIN_OPS if full else PLAIN_OPS)  # '+=!' alone means '='
+        op = draw(st.sampled_from(ops))
+        old = target.bound if target is not None else None
+        bound = _bound_after(op if red or op != "=" else "max=", rhs.bound, count, old)
         if bound > LIMIT:
-            op, bound = draw(st.sampled_from(["max=!", "min=!"])), rhs.bound
-        where = [f"{v.name} in 0:{v.dim.text()} - {v.offset}" for v in gen.vars.values()
-                 if v.offset]
+            op = draw(st.sampled_from(["max=!", "min=!"] if target is None else
+                                      ["max=", "min="]))
+            bound = _bound_after(op, rhs.bound, count, old)
+        where = [w for w in (v.where() for v in gen.vars.values()) if w]
         if where and draw(st.booleans()):
             where.reverse()
+        if target is not None:
+            target.bound = bound
+            lhs_text = target.read(lhs)
+            line = f"    {lhs_text} {op} {rhs.text}"
+            if where:
+                line += " where " + ", ".join(where)
+            lines.append(line)
+            continue
         name = f"T{s}"
         out_dims = tuple(gen.vars[v].out_dim() for v in lhs)
         lhs_text = f"{name}({', '.join(lhs)})" if lhs else name
@@ -373,9 +434,37 @@ def _input_sizes(inputs) -> set:
     return {a for t in inputs for d in t.dims for a in d.atoms if isinstance(a, str)}
 
 
-def sizes():
+def sizes(full: bool = False):
     lo, hi = SIZE_RANGE
-    return st.fixed_dictionaries({n: st.integers(lo, hi) for n in SIZE_NAMES})
+    values = st.integers(lo, hi)
+    if full:  # zero, one and odd sizes too (mostly the generator's own range)
+        values = st.one_of(values, values, st.sampled_from([0, 1, 7]))
+    return st.fixed_dictionaries({n: values for n in SIZE_NAMES})
+
+
+#: values sprinkled into float inputs by ``arrays_for(..., specials=True)``
+SPECIALS = (np.nan, np.inf, -np.inf)
+
+
+def arrays_for(program, sizes: dict, rng: np.random.Generator, specials=False) -> list:
+    """Inputs for a checked program (``polytc.Kernel.program``) as the generator assumes
+    them: floats in [-1, 1], integers in [-3, 3]; with ``specials`` about one float
+    element in six is NaN or an infinity."""
+    arrays = []
+    for t in program.inputs:
+        shape = t.extents(sizes)
+        dt = t.dtype.np_dtype
+        if dt.kind == "f":
+            a = rng.uniform(-1, 1, shape)
+            if specials:
+                pick = rng.random(shape) < 1 / 6
+                a = np.where(pick, rng.choice(SPECIALS, shape), a)
+        elif dt.kind == "b":
+            a = rng.integers(0, 2, shape)
+        else:
+            a = rng.integers(-INT_INPUT_MAX, INT_INPUT_MAX + 1, shape)
+        arrays.append(np.asarray(a).astype(dt))
+    return arrays
 
 
 # --- malformed text ----------------------------------------------------------------------

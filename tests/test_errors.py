@@ -157,25 +157,6 @@ def test_range_index_used_only_as_a_value():
     assert_located(e, src, "j")
 
 
-def test_range_empty_constant_range():
-    src = "def f(float(N) A) -> (O) {\n    O(i) +=! A(i) * k where k in 5:3\n}"
-    e = tc_error(src, RangeInferenceError)
-    assert "range of index 'k' is empty" in e.message and "5:3" in e.message
-    assert_located(e, src, "k in 5:3")
-
-
-CONV = "def conv(float(N) I, float(K) W) -> (O) {\n    O(i) +=! I(i + k) * W(k)\n}"
-
-
-def test_range_empty_at_call_time():
-    conv = polytc.tc(CONV)
-    np.testing.assert_allclose(conv(np.ones(5, F32), np.ones(3, F32)), [3, 3, 3])
-    e = call_error(conv, np.ones(2, F32), np.ones(3, F32), cls=RangeInferenceError)
-    assert "empty" in e.message and "N=2" in e.message and "K=3" in e.message
-    assert "'i'" in e.message
-    assert_located(e, CONV, "O(i)")
-
-
 # --- semantic errors ---------------------------------------------------------------------
 def test_reduction_index_with_plain_assignment():
     src = "def f(float(N, K) A) -> (O) {\n    O(i) = A(i, k)\n}"

@@ -1,7 +1,8 @@
 """Property tests on random programs (strategies in tests/progen.py).
 
 1. Well-formed programs compile, run and agree with the numpy oracle
-   (``polytc.lang.reference``): float32 to rtol = atol = 1e-4, integers exactly.
+   (``polytc.lang.reference``) on every target: tests/test_differential.py; here, that
+   they compile for CUDA without a GPU.
 2. Malformed text (token mutations of well-formed programs) and malformed arguments
    never raise anything but a ``polytc.PolytcError``, and never an ``InternalError``.
 
@@ -11,7 +12,6 @@ an open bug recognises that bug, and only it, so that it stays green until the f
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import numpy as np
@@ -25,6 +25,7 @@ from polytc.lang import reference
 from polytc.lang import sizes as S
 
 from . import progen
+from .test_differential import MAPPING_OPTIONS, choices
 
 F32 = np.float32
 SETTINGS = dict(deadline=None, suppress_health_check=[
@@ -53,75 +54,7 @@ def mismatches(outputs, names, expected: dict) -> list:
 
 
 # --- 1. well-formed programs agree with the oracle -----------------------------------------
-#: option values worth mixing in (those the installed ``Options`` has): small tiles make
-#: the tiler act on the tiny sizes drawn here
-_OPTION_CHOICES = {
-    "fusion": ["preserve", "max", "min"],
-    "parallel_min_points": [0, 1 << 15],
-    "tile": [None, (), (2, 2, 2), (1, 3, 2), (4, 1, 3)],
-    "register_tile": [None, (2, 2), (1, 1), (3, 2)],
-    "vectorize": [True, False],
-    "fp_contract": [True, False],
-}
-
-
-@st.composite
-def options(draw):
-    have = {f.name for f in dataclasses.fields(polytc.Options)}
-    return polytc.Options(**{name: draw(st.sampled_from(values))
-                             for name, values in _OPTION_CHOICES.items() if name in have})
-
-
-@settings(max_examples=40, **SETTINGS)
-@given(g=progen.programs(), sizes=progen.sizes(), seed=st.integers(0, 2 ** 32 - 1),
-       options=options())
-def test_random_programs_agree_with_the_oracle(g, sizes, seed, options):
-    note(g.src)
-    note(f"sizes {sizes}, {options}")
-    kernel = polytc.tc(g.src, options=options)
-    inputs = g.make_inputs(sizes, np.random.default_rng(seed))
-    expected = reference.run(kernel.program, inputs)
-    out = kernel(*inputs)
-    assert len(as_tuple(out)) == len(g.outputs)
-    bad = mismatches(out, g.outputs, expected)
-    assert not bad, bad
-    # the second call takes the fast path: same answer
-    assert not mismatches(kernel(*inputs), g.outputs, expected)
-
-
-_MAPPING_CHOICES = {
-    "mapping": ["threads", "groups"],
-    "fusion": ["auto", "max", "min"],
-    "block": [None, (1,), (3, 5), (2, 2, 4), (64,)],
-    "block_tile": [None, (2, 3), (7, 11), (1, 1, 5)],
-    "grid": [None, (1,), (2, 3), (1, 2, 2)],
-    "reduction_tile": [None, 0, 1, 3],
-    "shared_memory": [True, False],
-    "private_memory": [True, False],
-    "unroll": [0, 4],
-}
-
-
-@st.composite
-def mapping_options(draw):
-    return polytc.Options(**{name: draw(st.sampled_from(values))
-                             for name, values in _MAPPING_CHOICES.items()})
-
-
-@pytest.mark.skipif(not polytc.runtime.targets.available("opencl"), reason="no OpenCL")
-@settings(max_examples=30, **SETTINGS)
-@given(g=progen.programs(), sizes=progen.sizes(), seed=st.integers(0, 2 ** 32 - 1),
-       options=mapping_options())
-def test_random_programs_on_opencl_agree_with_the_oracle(g, sizes, seed, options):
-    """Any mapping (block, tile and grid sizes that divide nothing, shared memory or
-    not) gives the oracle's results on the OpenCL target."""
-    note(g.src)
-    note(f"sizes {sizes}, {options}")
-    kernel = polytc.tc(g.src, options=options, target="opencl")
-    inputs = g.make_inputs(sizes, np.random.default_rng(seed))
-    expected = reference.run(kernel.program, inputs)
-    bad = mismatches(kernel(*inputs), g.outputs, expected)
-    assert not bad, bad
+# on every target, with every option: tests/test_differential.py
 
 
 def _nvcc() -> bool:
@@ -132,7 +65,7 @@ def _nvcc() -> bool:
 
 @pytest.mark.skipif(not _nvcc(), reason="nvcc not found")
 @settings(max_examples=12, **SETTINGS)
-@given(g=progen.programs(), sizes=progen.sizes(), options=mapping_options())
+@given(g=progen.programs(), sizes=progen.sizes(), options=choices(MAPPING_OPTIONS))
 def test_random_programs_compile_for_cuda(g, sizes, options):
     from polytc.codegen_cuda import compile_ptx
     from polytc.runtime import pipeline
@@ -143,29 +76,10 @@ def test_random_programs_compile_for_cuda(g, sizes, options):
     kernel = polytc.tc(g.src)
     inputs = g.make_inputs(sizes, np.random.default_rng(0))
     env = bind_sizes(kernel.program, [np.asarray(a) for a in inputs])
-    code = pipeline.run(kernel.program, env, options.replace(mapping="threads"), "cuda",
+    options = polytc.Options(**dict(options, mapping="threads"))
+    code = pipeline.run(kernel.program, env, options, "cuda",
                         default_device()).code
     assert ".entry polytc_k0" in compile_ptx(code)
-
-
-@settings(max_examples=15, **SETTINGS)
-@given(g=progen.programs(max_statements=2), seed=st.integers(0, 2 ** 32 - 1))
-def test_random_programs_with_out_arrays(g, seed):
-    """``out=`` arrays (dirty ones: every element must be written or reduced from the
-    identity) give the same results."""
-    note(g.src)
-    kernel = polytc.tc(g.src)
-    sizes = {n: 3 for n in progen.SIZE_NAMES}
-    inputs = g.make_inputs(sizes, np.random.default_rng(seed))
-    expected = reference.run(kernel.program, inputs)
-    outs = tuple(np.full_like(expected[n], 7) for n in g.outputs)
-    # what was not written keeps its value: compare against the oracle run on the same
-    expected = reference.run(kernel.program, inputs, dict(zip(g.outputs, map(np.copy, outs))))
-    result = kernel(*inputs, out=outs if len(outs) > 1 else outs[0])
-    for got, o in zip(as_tuple(result), outs):
-        assert got is o
-    bad = mismatches(outs, g.outputs, expected)
-    assert not bad, bad
 
 
 # --- 2. malformed text and arguments raise PolytcErrors only --------------------------------

@@ -418,8 +418,10 @@ ERRORS = [
      "expected '(' after the type 'float' but found 'A'", "float(expr)"),
     ("def f(float(N) in) -> (B) { B(i) = 1 }", "expected a tensor name but found the "
      "keyword 'in'", "keyword"),
-    ("def f(float(N) A) -> (B) { B(i) = A(i) <=> g(A) }",
-     "'<=>' (equivalent statements) is not supported", None),
+    ("def f(float(N) A) -> (B) { B(i) = A(i) <=> }",
+     "expected an expression but found '}'", None),
+    ("def f(float(N) A) -> (B) { B(i) = A(i) <=> A + 1 }",
+     "expected 'name(arguments)' after '<=>' but found 'A + 1'", "<=> matmul(A, B)"),
     ("def f(float(N) A) -> (B) { B(i) = A(i) ? 1 }", "expected ':' but found '}'",
      "cond ? a : b"),
     ("def f(float(N) A) -> (B) { B(i) == A(i) }",

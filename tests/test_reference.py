@@ -119,18 +119,21 @@ def test_max_reduction_with_init():
     np.testing.assert_array_equal(run1(_max_program(FLOAT32), xf), xf.max(1))
 
 
-def test_max_without_init_starts_from_zeros():
+def test_max_without_init_starts_from_the_identity():
     x = np.array([[-5, -3, -9], [1, 7, 2]], np.int32)
-    np.testing.assert_array_equal(run1(_max_program(INT32, init=False), x), [0, 7])
+    np.testing.assert_array_equal(run1(_max_program(INT32, init=False), x), [-3, 7])
+    o = np.array([0, 0], np.int32)  # an out= array is the initial value
+    np.testing.assert_array_equal(run1(_max_program(INT32, init=False), x, outputs={"O": o}),
+                                  [0, 7])
 
 
-def test_min_max_nan_follow_the_ternary():
-    # acc = v > acc ? v : acc: a NaN value is never taken, a NaN accumulator stays
-    x = np.array([[np.nan, 1.0, 3.0], [2.0, np.nan, np.nan]], np.float32)
-    np.testing.assert_array_equal(run1(_max_program(FLOAT32), x), [3.0, 2.0])
-    o = np.array([np.nan, 0.0], np.float32)
+def test_min_max_nan_propagates():
+    # acc = (v > acc || v != v) ? v : acc: a NaN value is taken, a NaN accumulator stays
+    x = np.array([[np.nan, 1.0, 3.0], [2.0, np.nan, 1.0], [1.0, 2.0, 0.5]], np.float32)
+    np.testing.assert_array_equal(run1(_max_program(FLOAT32), x), [np.nan, np.nan, 2.0])
+    o = np.array([np.nan, 0.0, np.nan], np.float32)
     got = run1(_max_program(FLOAT32, init=False), x, outputs={"O": o})
-    assert np.isnan(got[0]) and got[1] == 2.0
+    np.testing.assert_array_equal(got, [np.nan, np.nan, np.nan])
     # of equal values the first stays: max=! over (-0.0, +0.0) is -0.0
     z = np.array([[-0.0, 0.0]], np.float32)
     assert math.copysign(1, run1(_max_program(FLOAT32), z)[0]) == -1

@@ -156,7 +156,7 @@ def test_fusion_strategies_agree(fusion):
 
 def test_passes_are_named_and_can_be_switched_off():
     names = [n for n, *_ in pipeline.PASSES]
-    assert names[:3] == ["check_sizes", "scop", "dependences"] and "codegen_c" in names
+    assert names[:3] == ["source", "scop", "dependences"] and "codegen_c" in names
     mm = polytc.tc(MM, options=polytc.Options(disable=("schedule", "parallel")))
     A, B = rand(64, 64), rand(64, 64)
     ck = mm.specialize(A, B)

@@ -108,6 +108,10 @@ class ExprPrinter:
     (loop iterators of the isl AST); ``sites`` collects (site id, Span, what) of every
     run-time check."""
 
+    #: signed ``+ - *`` wrap only when computed in unsigned (a dialect compiled without
+    #: ``-fwrapv``: OpenCL C, CUDA), else the compiler may assume they never overflow
+    unsigned_wrap = False
+
     def __init__(self, shapes: dict, env: dict, vars: dict, guarded: frozenset, sites: list):
         self.shapes, self.env, self.vars = shapes, env, vars
         self.guarded, self.sites = guarded, sites
@@ -156,7 +160,10 @@ class ExprPrinter:
                 return f"((unsigned char)(({inner}) != 0))"
             return f"(({e.dtype.c_name})({inner}))"
         if isinstance(e, P.Neg):
-            return self._wrap(f"(-{self.expr(e.value, subscript)})", e.dtype)
+            x = self.expr(e.value, subscript)
+            if self.wraps(e.dtype, subscript):
+                return self.arith("-", "0", x, e.dtype)
+            return self._wrap(f"(-{x})", e.dtype)
         if isinstance(e, P.Not):
             return f"(!{self.expr(e.value)})"
         if isinstance(e, P.Select):
@@ -173,6 +180,17 @@ class ExprPrinter:
             return f"(({t.c_name}){text})"
         return text
 
+    def wraps(self, t: ScalarType, subscript=False) -> bool:
+        """Whether ``+ - *`` in ``t`` go through unsigned arithmetic here."""
+        return self.unsigned_wrap and t.kind == "int" and t.bits >= 32 and not subscript
+
+    def arith(self, op: str, a: str, b: str, t: ScalarType, subscript=False) -> str:
+        """``a op b`` (``+ - *``) in ``t``, wrapping around as the language says."""
+        if self.wraps(t, subscript):
+            u = f"uint{t.bits}_t"
+            return f"(({t.c_name})(({u})({a}) {op} ({u})({b})))"
+        return self._wrap(f"({a} {op} {b})", t)
+
     def binary(self, e: P.Bin, subscript) -> str:
         a, b = self.expr(e.lhs, subscript), self.expr(e.rhs, subscript)
         t = e.lhs.dtype
@@ -186,6 +204,8 @@ class ExprPrinter:
             return f"pt_{kind}_{t.name}({a}, {b}, {site}, &err)"
         if e.op == "%":
             return f"{self.math('fmod', t)}({a}, {b})"
+        if e.op in ("+", "-", "*"):
+            return self.arith(e.op, a, b, e.dtype, subscript)
         return self._wrap(f"({a} {e.op} {b})", e.dtype)
 
     def apply(self, e: P.Apply) -> str:
@@ -239,10 +259,25 @@ def statement_code(sst, printer: ExprPrinter, target: str | None = None) -> str:
     rhs = printer.expr(st.rhs)
     if st.op is None:
         return f"{target} = {rhs};"
-    ct = st.rhs.dtype.c_name
     if st.op in ("+", "*"):
-        if st.rhs.dtype.is_integral and st.rhs.dtype.bits < 32:
-            return f"{target} = ({ct})({target} {st.op} {rhs});"
+        t = st.rhs.dtype
+        if t.is_integral and (t.bits < 32 or printer.wraps(t)):
+            return f"{target} = {printer.arith(st.op, target, rhs, t)};"
         return f"{target} {st.op}= {rhs};"
-    cmp = "<" if st.op == "min" else ">"  # a ternary, so that it vectorises
-    return f"{{ {ct} _v = {rhs}; {target} = _v {cmp} {target} ? _v : {target}; }}"
+    return extremum_update(st.op, st.rhs.dtype, rhs, target)
+
+
+def extremum_update(op: str, t, rhs: str, target: str, nan_flag: str | None = None) -> str:
+    """``target min= rhs`` / ``max=``: a ternary, so that it vectorises (to one min/max
+    instruction).  A float NaN propagates (as in numpy): it is taken, and once taken
+    nothing replaces it; the NaN test is a select outside the ternary, which costs a 3x3
+    max pool 15% where ``(v > t || v != v) ? v : t`` costs it 3x.  With
+    ``nan_flag`` (an ``omp simd reduction(|:flag)``, whose partial maxima a NaN must not
+    reach) the NaN is recorded in the flag instead; the caller stores NaN when it is set."""
+    cmp = "<" if op == "min" else ">"
+    update, flag = f"_v {cmp} {target} ? _v : {target}", ""
+    if t.is_float and nan_flag:
+        flag = f" {nan_flag} |= _v != _v;"
+    elif t.is_float:
+        update = f"_v != _v ? _v : ({update})"
+    return f"{{ {t.c_name} _v = {rhs}; {target} = {update};{flag} }}"

@@ -1,8 +1,9 @@
 """The isl AST as a C function, built with cgen.
 
 Loops come only from isl's AST generator.  A ``parallel`` mark puts
-``#pragma omp parallel for`` on the loop under it.  Temporaries are ``calloc``-ed in the
-function.  The function returns 0, or the number of the first run-time check that failed.
+``#pragma omp parallel for`` on the loop under it.  Temporaries are buffers the runtime
+passes in; the function fills those whose initial value it reads.  The function returns
+0, or the number of the first run-time check that failed.
 """
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import re
 
 import cgen as c
 import islpy as isl
+import numpy as np
 
 from ..lang import program as P
-
-from ..lang import sizes as S
-from .cexpr import PRELUDE, ExprPrinter, div_helpers, statement_code, target_code
+from .cexpr import (PRELUDE, ExprPrinter, div_helpers, extremum_update, literal,
+                    statement_code, target_code)
 
 _OP = isl.ast_expr_op_type
 _BINARY = {
@@ -88,6 +89,7 @@ class Promotion:
                 return None
             items.append((inner, user))
         iters = [self.em.for_header(lp)[0] for lp in loops]
+        red, flag = self._simd_reduction(items)
         decls, pro, body, epi = [], [], [], []
         for u, (inner, user) in enumerate(items):
             sst, printer = self.em.instance(user)
@@ -102,6 +104,13 @@ class Promotion:
             acc = f"pt_acc{u}"
             if inner is None:
                 decls.append(c.Statement(f"{ct} {acc} = {target}"))
+                if flag:
+                    decls.append(c.Statement(f"int {flag} = {target} != {target}"))
+                    body.append(c.Statement(extremum_update(
+                        st.op, st.rhs.dtype, printer.expr(st.rhs), acc, flag).rstrip(";")))
+                    nan = literal(float("nan"), st.rhs.dtype)
+                    epi.append(c.Statement(f"{target} = {flag} ? {nan} : {acc}"))
+                    continue
                 body.append(c.Statement(statement_code(sst, printer, acc).rstrip(";")))
                 epi.append(c.Statement(f"{target} = {acc}"))
                 continue
@@ -119,19 +128,26 @@ class Promotion:
         nest = body
         for depth, lp in enumerate(reversed(loops)):
             loop = c.For(*self.em.for_header(lp)[1], c.Block(nest))
-            red = self._simd_reduction(items) if depth == 0 else None
-            nest = [c.Pragma(red), loop] if red else [loop]
+            pragma = red if depth == 0 else None
+            nest = [c.Pragma(pragma), loop] if pragma else [loop]
         return [c.Block(decls + pro + nest + epi)]
 
     def _simd_reduction(self, items):
         """The pragma that vectorises the reduction into one scalar accumulator
-        (reassociating it, as every BLAS does).  ``min``/``max`` partial results never
-        hold a NaN (a NaN operand is never taken), so combining them in any order gives
-        the sequential result."""
+        (reassociating it, as every BLAS does), and the name of its NaN flag.  A float
+        ``min``/``max`` under an OpenMP reduction takes no NaN (OpenMP combines partial
+        results in any order, and a comparison drops a NaN): a NaN operand sets the flag
+        (an ``|`` reduction) and the result is NaN.  Then combining partial results in
+        any order gives the sequential result."""
         if len(items) != 1 or items[0][0] is not None:
-            return None
+            return None, None
         sst, _ = self.em.instance(items[0][1])
-        return self.em.reduction_pragma(sst.stmt.op, "pt_acc0")
+        op = sst.stmt.op
+        red = self.em.reduction_pragma(op, "pt_acc0")
+        if red and self.em.omp_reductions and op in ("min", "max") \
+                and sst.stmt.rhs.dtype.is_float:
+            return red + " reduction(|:pt_nan0)", "pt_nan0"
+        return red, None
 
 
 def _uses(text: str, names) -> bool:
@@ -168,6 +184,9 @@ def _strip(text: str) -> str:
 
 
 class CEmitter:
+    #: whether ``reduction_pragma`` is an OpenMP reduction (partial results combined)
+    omp_reductions = True
+
     def __init__(self, scop, num_threads=None, vectorize=True):
         self.scop = scop
         self.iters: list = []  # iterators of the loops around the node being emitted
@@ -244,6 +263,15 @@ class CEmitter:
             return "omp simd"
         return None
 
+    def fill(self, t, value) -> list:
+        """Statements setting every element of the temporary ``t`` to ``value``."""
+        n = int(np.prod(self.scop.shapes[t.name], dtype=np.int64))
+        ct = t.dtype.c_name
+        if value == 0:
+            return [c.Statement(f"memset({t.name}, 0, {n}L * sizeof({ct}))")]
+        return self.simd_loop(("long pt_i = 0", f"pt_i < {n}L", "pt_i += 1"), c.Statement(
+            f"{t.name}[pt_i] = {literal(value, t.dtype)}"))
+
     def reduction_pragma(self, op: str, acc: str):
         return f"omp simd reduction({op}:{acc})" if self.vectorize else None
 
@@ -264,19 +292,16 @@ class CEmitter:
         return sst, ExprPrinter(self.scop.shapes, self.scop.env, dict(zip(sst.vars, args)),
                                 sst.guarded, self.sites)
 
-    def function(self, ast, fname: str, zero_temps=()) -> str:
+    def function(self, ast, fname: str, temp_fills=None) -> str:
         """The kernel: ``int fname(inputs..., outputs..., temporaries...)``.  The runtime
         owns the temporaries (scratch buffers reused across calls); those read before
-        they are written (``zero_temps``) are cleared first."""
+        they are written (``temp_fills``: name -> initial value) are filled first."""
         prog = self.scop.program
         params = self.params
         body = [c.Statement("int err = 0")]
         for t in prog.temporaries:
-            if t.name in zero_temps:
-                n = 1
-                for d in t.shape:
-                    n *= max(1, S.evaluate(d, self.scop.env))
-                body.append(c.Statement(f"memset({t.name}, 0, {n}L * sizeof({t.dtype.c_name}))"))
+            if t.name in (temp_fills or {}):
+                body += self.fill(t, temp_fills[t.name])
         body += self.node(ast)
         body.append(c.Statement("return err"))
         fn = c.FunctionBody(c.FunctionDeclaration(c.Value("int", fname),

@@ -28,6 +28,8 @@ _T = isl.ast_node_type
 class GpuPrinter(ExprPrinter):
     """Reads of promoted tensors go to their shared-memory copy."""
 
+    unsigned_wrap = True  # OpenCL C and CUDA have no -fwrapv
+
     def __init__(self, dialect, shared: dict, *args):
         super().__init__(*args)
         self.dialect, self.shared = dialect, shared
@@ -60,6 +62,8 @@ def shared_name(tensor: str) -> str:
 
 
 class GpuEmitter(CEmitter):
+    omp_reductions = False  # a vectoriser hint: the loop's semantics are sequential
+
     def __init__(self, scop, dialect, launches, vectorize=True):
         super().__init__(scop, None, vectorize=False)
         self.vectorize_reductions = vectorize
@@ -69,6 +73,7 @@ class GpuEmitter(CEmitter):
                        for t in prog.inputs] + \
             [dialect.pointer(t.dtype.c_name, t.name) for t in prog.outputs + prog.temporaries]
         self.kernels: list = []
+        self.emitted: set = set()  # names of the kernels in the source
         self.launch = None
         self.pending: dict = {}  # loop iterator -> (kind, axis) of a mapping mark
         self.covered: set = set()  # (kind, axis) distributed on the current path
@@ -222,6 +227,7 @@ class GpuEmitter(CEmitter):
             [c.If("err", c.Statement(d.report_error("pt_err", "err")))]
         params = [c.Value("", p) for p in self.params] + \
             [c.Value("", d.pointer("int", "pt_err"))]
+        self.emitted.add(self.launch.name)
         self.kernels.append(c.FunctionBody(
             c.FunctionDeclaration(c.Value(d.kernel_prefix(self.threads()), self.launch.name),
                                   params), c.Block(code)))

@@ -131,7 +131,9 @@ ASSIGN_OPS = ("=", "+=", "*=", "min=", "max=", "+=!", "*=!", "min=!", "max=!")
 
 @dataclass(frozen=True)
 class Statement:
-    """``T(i, j) op rhs where ...``."""
+    """``T(i, j) op rhs [<=> name(args)] where ...``.  ``equivalent`` is TC's annotation
+    naming a library function that computes the same (``<=> matmul(A, B)``): kept and
+    printed, never compiled."""
 
     tensor: str
     indices: tuple  # tuple[Name, ...]: TC allows only identifiers on the left
@@ -140,6 +142,7 @@ class Statement:
     where: tuple  # tuple[WhereClause, ...]
     span: Span = field(repr=False)
     tensor_span: Span = field(repr=False, default=None)
+    equivalent: "Access" = None  # name(args): an Access or Call node, args unchecked
 
 
 # --- definitions -----------------------------------------------------------------------

@@ -245,9 +245,16 @@ class _Parser:
         check_depth(rhs)
         end = rhs.span
         clauses = []
+        equivalent = None
         if self.cur.kind == "<=>":
-            self.error("'<=>' (equivalent statements) is not supported",
-                       hint="remove the '<=> ...' annotation")
+            self.next()
+            equivalent = self.expr()
+            if not isinstance(equivalent, (ast.Access, ast.Call)):
+                self.error(f"expected 'name(arguments)' after '<=>' but found "
+                           f"'{equivalent.span.text}'", span=equivalent.span,
+                           hint="'<=>' names an equivalent library call, as in "
+                                "'<=> matmul(A, B)'")
+            end = equivalent.span
         if self.cur.kind == "where":
             self.next()
             clauses.append(self.clause())
@@ -256,7 +263,7 @@ class _Parser:
                 clauses.append(self.clause())
             end = clauses[-1].span
         return ast.Statement(name.text, tuple(indices), op, rhs, tuple(clauses),
-                             name.span.to(end), name.span)
+                             name.span.to(end), name.span, equivalent)
 
     def lhs_index(self) -> ast.Name:
         tok = self.cur

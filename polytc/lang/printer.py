@@ -117,7 +117,8 @@ def _stmt_to_tc(p: P.Program, s: P.Stmt) -> str:
                 continue
         shown.append(f"{r.var} in {S.to_tc(r.lo)}:{S.to_tc(r.hi)}")
     where = f" where {', '.join(shown)}" if shown else ""
-    return f"{lhs} {op} {expr_to_tc(s.rhs)}{where}"
+    equivalent = f" <=> {s.equivalent}" if s.equivalent else ""
+    return f"{lhs} {op} {expr_to_tc(s.rhs)}{equivalent}{where}"
 
 
 def program_to_tc(p: P.Program) -> str:
@@ -190,6 +191,8 @@ def _tensor_decl_to_tc(d: ast.TensorDecl) -> str:
 def statement_to_tc(s: ast.Statement) -> str:
     lhs = s.tensor if not s.indices else f"{s.tensor}({', '.join(i.name for i in s.indices)})"
     text = f"{lhs} {s.op} {ast_expr_to_tc(s.rhs)}"
+    if s.equivalent is not None:
+        text += f" <=> {ast_expr_to_tc(s.equivalent)}"
     if s.where:
         text += " where " + ", ".join(_clause_to_tc(c) for c in s.where)
     return text

@@ -160,6 +160,17 @@ def identity(op: str, dtype: ScalarType):
     return int(info.max) if op == "min" else int(info.min)
 
 
+def initial_value(program, tensor: str):
+    """What every element of an output or temporary holds before the first statement,
+    when polytc allocates it: the identity of the first accumulating (non-``!``)
+    statement that writes it (``+=`` 0, ``*=`` 1, ``max=`` -inf or the lowest integer,
+    ``min=`` +inf or the highest), else 0.  So ``O(i) += A(i,j)`` sums as numpy does."""
+    for s in program.statements:
+        if s.tensor == tensor and s.op is not None and not s.init:
+            return identity(s.op, program.tensor(tensor).dtype)
+    return 0
+
+
 @dataclass(frozen=True)
 class Range:
     var: str
@@ -182,6 +193,8 @@ class Stmt:
     ranges: tuple  # tuple[Range, ...]
     reduction_vars: tuple  # tuple[str, ...]
     span: Span = field(repr=False, default=None)
+    #: TC's ``<=> name(args)`` annotation, as TC text (documentation, never compiled)
+    equivalent: Union[str, None] = None
 
     @property
     def index_vars(self) -> tuple:
@@ -205,6 +218,11 @@ class TensorInfo:
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+    def extents(self, env: dict) -> tuple:
+        """The shape for these sizes; a dimension that comes out negative (``N - K + 1``
+        with ``K > N``) is empty."""
+        return tuple(max(0, S.evaluate(d, env)) for d in self.shape)
 
 
 @dataclass(frozen=True)

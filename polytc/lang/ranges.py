@@ -141,31 +141,4 @@ def infer(stmt_vars: list, explicit: dict, accesses: list, index_names: set,
                 hint=f"'{v}' never appears alone in a subscript of a tensor of known size; "
                 f"give it a range with 'where {v} in lo:hi'",
             )
-        lo, hi = known[v]
-        if S.is_const(lo) and S.is_const(hi) and lo.const >= hi.const:
-            raise RangeInferenceError(
-                f"the range of index '{v}' is empty ({S.to_tc(lo)}:{S.to_tc(hi)})",
-                spans.get(v),
-                hint="ranges are half-open, lo:hi with lo < hi",
-            )
     return known
-
-
-def check_nonempty(program: P.Program, env: dict) -> None:
-    """At call time: every range must be non-empty for the call's sizes."""
-    for st in program.statements:
-        for r in st.ranges:
-            if (S.names(r.lo) | S.names(r.hi)) - set(env):
-                continue  # depends on other indices: may be empty for some, that is fine
-            lo, hi = S.evaluate(r.lo, env), S.evaluate(r.hi, env)
-            if lo >= hi:
-                raise RangeInferenceError(
-                    f"for the sizes of this call ({_fmt_env(env)}), the range of index "
-                    f"'{r.var}' is {S.to_tc(r.lo)}:{S.to_tc(r.hi)} = {lo}:{hi}, which is empty",
-                    st.span,
-                    hint="the inputs are too small for this statement",
-                )
-
-
-def _fmt_env(env: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in env.items())

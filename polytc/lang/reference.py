@@ -6,19 +6,25 @@ every output (and temporary) array by name.
 
 Semantics (C semantics, since polytc generates C; the code generators must match them)
 -----------------------------------------------------------------------------------------
+* Outputs and temporaries not passed in start with every element equal to
+  :func:`~polytc.lang.program.initial_value`: the identity of the first accumulating
+  (non-``!``) statement writing them, else 0 (so ``O(i) += A(i,j)`` is a sum).  A
+  dimension whose size comes out negative is 0.
 * Statements run in order.  A statement's iteration domain is its ``ranges`` in order,
   outermost first; each range is ``[lo, hi)`` evaluated with the sizes and the current values
-  of earlier indices (triangular ranges).  Points are visited in lexicographic order.
+  of earlier indices (triangular ranges); an empty range (``lo >= hi``: a zero size, say)
+  has no points.  Points are visited in lexicographic order.
 * ``!`` forms first set ``T`` at every point of the *left-hand* ranges (the ranges of the
   non-reduction indices, also where the reduction range is empty) to
   :func:`~polytc.lang.program.identity`.
 * Updates, with ``acc = T[idx]`` and ``v = rhs`` converted to ``T``'s dtype:
   ``=``: ``acc = v`` (when several points write one element, the last in iteration order
   wins); ``+``: ``acc = acc + v``; ``*``: ``acc = acc * v``; ``min``:
-  ``acc = v < acc ? v : acc``; ``max``: ``acc = v > acc ? v : acc``.  All arithmetic is
-  in ``T``'s dtype (a float32 tensor accumulates in float32, in iteration order).  So a
-  NaN on the right of ``min=``/``max=`` is ignored, a NaN already in the accumulator stays,
-  and of two equal values (``-0.0``, ``+0.0``) the earlier one is kept.
+  ``acc = (v < acc || v != v) ? v : acc``; ``max``: ``acc = (v > acc || v != v) ? v : acc``.
+  All arithmetic is in ``T``'s dtype (a float32 tensor accumulates in float32, in
+  iteration order).  So a NaN propagates through ``min=``/``max=`` as in numpy (a NaN
+  operand is taken, a NaN in the accumulator stays), and of two equal values (``-0.0``,
+  ``+0.0``) the earlier one is kept.
 * A statement whose right-hand side reads the tensor it writes runs point by point, in
   order, unless every such read is exactly ``T(lhs indices)`` and there are no reduction
   indices (then each point reads only the element it alone writes).
@@ -68,7 +74,7 @@ CHUNK = 1 << 20
 # --- entry point -------------------------------------------------------------------------
 def run(program: P.Program, inputs, outputs=None) -> dict:
     """Run ``program`` on ``inputs`` (in ``program.inputs`` order).  Arrays named in
-    ``outputs`` are used (and written in place) instead of fresh zeros.  Returns every
+    ``outputs`` are used (and written in place) instead of fresh ones.  Returns every
     output and temporary array by name."""
     inputs = list(inputs)
     if len(inputs) != len(program.inputs):
@@ -92,7 +98,7 @@ def run(program: P.Program, inputs, outputs=None) -> dict:
         raise ArgumentError(f"not an output or temporary of {program.name}: "
                             f"{', '.join(sorted(unknown))}")
     for t in written:
-        shape = tuple(max(0, int(S.evaluate(d, sizes))) for d in t.shape)
+        shape = t.extents(sizes)
         dt = t.dtype.np_dtype
         if t.name in given:
             g = given[t.name]
@@ -102,7 +108,7 @@ def run(program: P.Program, inputs, outputs=None) -> dict:
             arrays[t.name] = g if g.flags.c_contiguous and g.flags.writeable else \
                 np.array(g, order="C")
         else:
-            arrays[t.name] = np.zeros(shape, dt)
+            arrays[t.name] = np.full(shape, P.initial_value(program, t.name), dt)
     with np.errstate(all="ignore"):
         interp = _Interpreter(program, arrays, sizes)
         for stmt in program.statements:
@@ -456,26 +462,35 @@ class _Interpreter:
         elif op == "*":
             np.multiply.at(flat, fi, val)
         elif op in ("min", "max"):
-            if info.dtype.is_float:  # `v < acc ? v : acc` never takes a NaN v
-                keep = ~np.isnan(val)
-                fi, val = fi[keep], val[keep]
-                if not len(fi):
+            if info.dtype.is_float:  # a NaN is taken, and then nothing replaces it
+                nan = np.isnan(val)
+                if nan.any():
+                    self._update_extremum(op, flat, fi[~nan], val[~nan])
+                    flat[fi[nan]] = np.nan
                     return
-            # per element, the first of the extreme values; then compare with acc
-            _, rank = np.unique(val, return_inverse=True)
-            rank = rank.reshape(-1)
-            key = rank if op == "min" else -rank
-            order = np.lexsort((np.arange(len(fi)), key, fi))
-            fs = fi[order]
-            first = np.ones(len(fs), dtype=bool)
-            first[1:] = fs[1:] != fs[:-1]
-            pick = order[first]
-            tgt, cand = fi[pick], val[pick]
-            acc = flat[tgt]
-            better = cand < acc if op == "min" else cand > acc
-            flat[tgt] = np.where(better, cand, acc)
+            self._update_extremum(op, flat, fi, val)
         else:
             raise ValueError(f"unknown reduction operator {op!r}")
+
+    @staticmethod
+    def _update_extremum(op, flat, fi, val):
+        """``flat[fi] = v < flat[fi] ? v : flat[fi]`` (``>`` for max) for every ``(fi, v)``
+        in order; no NaN in ``val``."""
+        if not len(fi):
+            return
+        # per element, the first of the extreme values; then compare with acc
+        _, rank = np.unique(val, return_inverse=True)
+        rank = rank.reshape(-1)
+        key = rank if op == "min" else -rank
+        order = np.lexsort((np.arange(len(fi)), key, fi))
+        fs = fi[order]
+        first = np.ones(len(fs), dtype=bool)
+        first[1:] = fs[1:] != fs[:-1]
+        pick = order[first]
+        tgt, cand = fi[pick], val[pick]
+        acc = flat[tgt]
+        better = cand < acc if op == "min" else cand > acc
+        flat[tgt] = np.where(better, cand, acc)
 
     # expressions: each returns an array of e.dtype, of shape () or (n,)
     def eval(self, e, pts, n):

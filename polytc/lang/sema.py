@@ -18,6 +18,7 @@ from . import ast as A
 from . import program as P
 from . import ranges as R
 from . import sizes as S
+from .printer import ast_expr_to_tc
 from .types import (BOOL, FLOAT32, INT32, TYPE_NAMES, UNSUPPORTED_TYPE_NAMES,
                     ScalarType, is_narrowing, match_types)
 
@@ -434,8 +435,9 @@ class FunctionChecker:
             target = P.TensorInfo(name, dtype, shape, role, st.tensor_span or st.span)
         self.tensors[name] = target
         self.written.add(name)
+        equivalent = None if st.equivalent is None else ast_expr_to_tc(st.equivalent)
         return P.Stmt(name, tuple(c.lhs), op, init, convert(rhs.e, dtype), ranges,
-                      tuple(c.reduction), st.span)
+                      tuple(c.reduction), st.span, equivalent)
 
 
 def _order(all_vars, known, span):

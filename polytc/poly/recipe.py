@@ -44,7 +44,7 @@ class Schedule:
             from ..runtime import pipeline as PL
 
             b = PL.Build(self.program, self.env, Options())
-            for p in (PL.p_check_sizes, PL.p_scop, PL.p_dependences):
+            for p in (PL.p_source, PL.p_scop, PL.p_dependences):
                 b = p(b)
             self._state = (b.scop, b.deps, H.replay(b.scop, b.deps, self.steps))
         return self._state

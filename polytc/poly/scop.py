@@ -43,7 +43,7 @@ class Scop:
         self.program = program
         self.env = env
         self.ctx = ctx
-        self.shapes = {t.name: tuple(S.evaluate(d, env) for d in t.shape)
+        self.shapes = {t.name: t.extents(env)
                        for t in program.tensors}
         self.stmts: list = []
         for k, st in enumerate(program.statements):

@@ -3,8 +3,8 @@ pipeline and the disk cache, the compiled form's introspection, and one call.
 
 A backend module provides ``device()`` (a ``tiling.gpu.Device``), ``device_key()``,
 ``compile_check(source)`` (raises ``CompilationError``) and a ``Compiled`` subclass of
-``AcceleratorKernel`` with the device operations (``upload``, ``empty``, ``launch``,
-``download``, ``is_device_array``).
+``AcceleratorKernel`` with the device operations (``upload``, ``empty``, ``fill``,
+``launch``, ``download``, ``is_device_array``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import numpy as np
 from .. import config
 from ..display import wrap
 from ..diagnostics import KernelRuntimeError, PolytcError
-from ..lang import sizes as S
 from .cache import DiskCache
 from .kernel import Specialised
 
@@ -34,12 +33,11 @@ def build(program, env, options, target: str, backend):
     b.timings["device_compile"] = time.perf_counter() - t0
     sites = [f"{span.location()}: {what} ({program.name}, sizes {env})\n{span.quote()}"
              if span is not None else what for span, what in b.sites]
-    zero = [t.name for t in program.temporaries if b.deps.reads_before_write(t.name)]
     meta = {"stages": b.stages, "sites": sites, "timings": b.timings,
             "launches": [Launch.to_json(l) for l in b.launches],
-            "zero_temps": zero,
-            "out_zero": [not b.scop.fully_written(t.name) for t in program.outputs],
-            "out_shapes": [[S.evaluate(d, env) for d in t.shape] for t in program.outputs],
+            "temp_fill": [b.fills.get(t.name) for t in program.temporaries],
+            "out_fill": [b.fills.get(t.name) for t in program.outputs],
+            "out_shapes": [t.extents(env) for t in program.outputs],
             "options": json.loads(options.to_json())}
     return b, meta
 
@@ -72,10 +70,11 @@ class AcceleratorKernel(Specialised):
         self.launches = meta["launches"]
         self.out_shapes = [tuple(s) for s in meta["out_shapes"]]
         self.out_dtypes = [t.dtype.np_dtype for t in program.outputs]
-        self.out_zero = meta["out_zero"]
-        zero = set(meta["zero_temps"])
-        self.temps = [(tuple(S.evaluate(d, env) for d in t.shape), t.dtype.np_dtype,
-                       t.name in zero) for t in program.temporaries]
+        #: per output and temporary, what every element holds before the kernel runs
+        #: (None: anything; see ``pipeline.p_initial_values``)
+        self.out_fill = meta["out_fill"]
+        self.temps = [(t.extents(env), t.dtype.np_dtype, f)
+                      for t, f in zip(program.temporaries, meta["temp_fill"])]
         self._build = build
         self._scratch: list = []
         self.load(self.stages[self.target])
@@ -91,25 +90,27 @@ class AcceleratorKernel(Specialised):
     # --- one call ------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):
         """Inputs may be host or device arrays; with a device input (and no ``outs``,
-        which are host arrays) the outputs stay on the device."""
+        which are host arrays) the outputs stay on the device.  ``outs`` whose contents
+        the kernel reads are uploaded first."""
         on_device = any(self.is_device_array(a) for a in inputs)
         like = self.library(inputs)
         args = [a if self.is_device_array(a) else self.upload(a) for a in inputs]
         try:
-            douts = [self.empty(s, d, z, like) for s, d, z in
-                     zip(self.out_shapes, self.out_dtypes, self.out_zero)]
+            douts = [self._output(s, d, f, into, like) for s, d, f, into in
+                     zip(self.out_shapes, self.out_dtypes, self.out_fill,
+                         outs or [None] * len(self.out_fill))]
         except (MemoryError, ValueError) as e:
             raise PolytcError(f"{self.program.name}: cannot allocate outputs of shapes "
                               f"{self.out_shapes} ({e})") from None
         try:  # temporaries and the fault word, reused across calls
             scratch = self._scratch.pop()
         except IndexError:
-            scratch = [self.empty(s, d, False) for s, d, _ in self.temps] + \
-                [self.empty((1,), np.int32, False)]
+            scratch = [self.empty(s, d) for s, d, _ in self.temps] + \
+                [self.empty((1,), np.int32)]
         try:
-            for buf, (_, _, zero) in zip(scratch, self.temps + [(0, 0, True)]):
-                if zero:
-                    self.fill_zero(buf)
+            for buf, (_, _, fill) in zip(scratch, self.temps + [(0, 0, 0)]):
+                if fill is not None:
+                    self.fill(buf, fill)
             for launch in self.launches:
                 self.launch(launch, args + douts + scratch)
             rc = int(self.download(scratch[-1])[0])
@@ -126,6 +127,17 @@ class AcceleratorKernel(Specialised):
                       zip(douts, outs or [None] * len(douts), self.out_shapes, self.out_dtypes)]
         return result[0] if len(result) == 1 else tuple(result)
 
+    def _output(self, shape, dtype, fill, into, like):
+        """The device buffer of one output: ``into`` (the host ``out=`` array) uploaded
+        when the kernel reads its initial contents, else a fresh buffer, filled when the
+        kernel reads it (``fill``)."""
+        if fill is not None and into is not None:
+            return self.upload(into)
+        buf = self.empty(shape, dtype, like)
+        if fill is not None:
+            self.fill(buf, fill)
+        return buf
+
     def library(self, inputs) -> str:
         """Which array library device outputs should belong to ("" for the runtime's)."""
         return ""
@@ -140,9 +152,10 @@ class AcceleratorKernel(Specialised):
         from . import args as A
 
         inputs = [self.upload(a) for a in A.as_arrays(self.program, args)]
-        outs = [self.empty(s, d, True) for s, d in zip(self.out_shapes, self.out_dtypes)]
-        scratch = [self.empty(s, d, True) for s, d, _ in self.temps]
-        ptrs = inputs + outs + scratch + [self.empty((1,), np.int32, True)]
+        outs = [self._output(s, d, 0, None, "") for s, d in
+                zip(self.out_shapes, self.out_dtypes)]
+        scratch = [self._output(s, d, 0, None, "") for s, d, _ in self.temps]
+        ptrs = inputs + outs + scratch + [self._output((1,), np.int32, 0, None, "")]
         t = []
         for i in range(warmup + repeat):
             self.synchronize()

@@ -150,23 +150,23 @@ class Compiled(AcceleratorKernel):
     def upload(self, a):
         return self.gpuarray.to_gpu(np.ascontiguousarray(a).reshape(np.shape(a)))
 
-    def empty(self, shape, dtype, zero, like=""):
+    def empty(self, shape, dtype, like=""):
         if like == "torch":
             import torch
 
             t = getattr(torch, np.dtype(dtype).name if dtype != np.bool_ else "bool")
-            return (torch.zeros if zero else torch.empty)(shape, dtype=t, device="cuda")
+            return torch.empty(shape, dtype=t, device="cuda")
         if like == "cupy":
             import cupy
 
-            return (cupy.zeros if zero else cupy.empty)(shape, dtype)
-        return (self.gpuarray.zeros if zero else self.gpuarray.empty)(shape, dtype)
+            return cupy.empty(shape, dtype)
+        return self.gpuarray.empty(shape, dtype)
 
-    def fill_zero(self, buf):
-        if hasattr(buf, "fill"):
-            buf.fill(0)
+    def fill(self, buf, value):
+        if hasattr(buf, "fill_"):  # torch
+            buf.fill_(value)
         else:
-            buf.zero_()
+            buf.fill(np.asarray(value, buf.dtype)[()])
 
     def launch(self, launch, args):
         ptrs, keep = [], []

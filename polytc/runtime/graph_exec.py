@@ -159,13 +159,13 @@ class Plan:
             r = refs[v]
             self.placed[v] = arena[b][:r.size * r.dtype.itemsize].view(r.dtype).reshape(r.shape)
 
-    def _buffer(self, v, zero):
+    def _buffer(self, v, fill):
         a = self.placed.get(v)
         if a is None:
             r = self.bound.refs[v]
-            return aligned_empty(r.shape, r.dtype, zero=zero)
-        if zero:
-            a.fill(0)
+            return aligned_empty(r.shape, r.dtype, fill)
+        if fill is not None:
+            a.fill(fill)
         return a
 
     # --- running ---------------------------------------------------------------------
@@ -188,7 +188,7 @@ class Plan:
                 env[s.value] = env[s.source].reshape(s.shape)
                 continue
             ck = self.kernels[s.name]
-            outs = [self._buffer(v, z) for v, z in zip(s.outputs, ck.out_zero)]
+            outs = [self._buffer(v, f) for v, f in zip(s.outputs, ck.out_fill)]
             t0 = time.perf_counter()
             ck.run([env[v] for v in s.inputs], outs)
             if times is not None:

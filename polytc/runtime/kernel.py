@@ -20,7 +20,6 @@ from .. import config
 from ..display import wrap
 from ..diagnostics import KernelRuntimeError, PolytcError, user_boundary
 from ..lang import program as P
-from ..lang import sizes as S
 from ..options import Options
 from . import args as A
 from .cache import DiskCache, cache_key
@@ -85,13 +84,13 @@ class CompiledKernel(Specialised):
         self.out_shapes = [tuple(s) for s in meta["out_shapes"]]
         self.out_dtypes = [t.dtype.np_dtype for t in program.outputs]
         self.align_inputs = tuple(meta.get("align_inputs", ()))
-        #: outputs some element of which no statement writes start as zeros
-        self.out_zero = meta.get("out_zero", [True] * len(program.outputs))
-        self._allocs = [(allocator(s, d, z), s, d) for s, d, z in
-                        zip(self.out_shapes, self.out_dtypes, self.out_zero)]
+        #: per output, what every element holds before the kernel runs (None: anything;
+        #: see ``pipeline.p_initial_values``)
+        self.out_fill = meta["out_fill"]
+        self._allocs = [(allocator(s, d, f), s, d) for s, d, f in
+                        zip(self.out_shapes, self.out_dtypes, self.out_fill)]
         self._build = build  # the isl objects when compiled in this process
-        self.temps = [([S.evaluate(d, env) for d in t.shape], t.dtype.np_dtype)
-                      for t in program.temporaries]
+        self.temps = [(t.extents(env), t.dtype.np_dtype) for t in program.temporaries]
         self._scratch: list = []  # free sets of temporaries, reused across calls
         self._copies: list = []  # free sets of aligned input buffers, likewise
         ffi = _ffi(len(program.inputs) + len(program.outputs) + len(program.temporaries))
@@ -387,8 +386,8 @@ def _build(program, env, options):
              if span is not None else what for span, what in b.sites]
     meta = {"stages": b.stages, "sites": sites, "timings": b.timings,
             "align_inputs": _align_inputs(program, b),
-            "out_zero": [not b.scop.fully_written(t.name) for t in program.outputs],
-            "out_shapes": [[S.evaluate(d, env) for d in t.shape] for t in program.outputs],
+            "out_fill": [b.fills.get(t.name) for t in program.outputs],
+            "out_shapes": [t.extents(env) for t in program.outputs],
             "options": json.loads(options.to_json())}
     return b, so_bytes, meta
 

@@ -15,13 +15,17 @@ SMALL = 1 << 14
 
 
 def aligned_zeros(shape, dtype) -> np.ndarray:
-    return aligned_empty(shape, dtype, zero=True)
+    return aligned_empty(shape, dtype, fill=0)
 
 
-def aligned_empty(shape, dtype, zero=False) -> np.ndarray:
-    """An aligned array; uninitialised unless ``zero`` (np.empty reuses freed heap memory
-    without page faults or clearing)."""
-    alloc = np.zeros if zero else np.empty
+def aligned_empty(shape, dtype, fill=None) -> np.ndarray:
+    """An aligned array; uninitialised unless ``fill`` is a value (np.empty reuses freed
+    heap memory without page faults or clearing; zeros come from calloc)."""
+    if fill is not None and fill != 0:
+        out = aligned_empty(shape, dtype)
+        out.fill(fill)
+        return out
+    alloc = np.empty if fill is None else np.zeros
     dt = np.dtype(dtype)
     n = 1
     for s in shape:
@@ -44,11 +48,14 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def allocator(shape, dtype, zero: bool):
-    """The fastest way to make an output of this shape: the plain numpy call when the
-    array is small (alignment does not matter there), else an aligned one."""
+def allocator(shape, dtype, fill=None):
+    """The fastest way to make an output of this shape whose every element is ``fill``
+    (uninitialised for None): the plain numpy call when the array is small (alignment
+    does not matter there), else an aligned one.  Called as ``alloc(shape, dtype)``."""
     import functools
 
+    if fill is not None and fill != 0:
+        return functools.partial(aligned_empty, fill=fill)
     if np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) < SMALL:
-        return np.zeros if zero else np.empty
-    return functools.partial(aligned_empty, zero=zero)
+        return np.empty if fill is None else np.zeros
+    return functools.partial(aligned_empty, fill=fill)

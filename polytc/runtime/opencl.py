@@ -125,16 +125,15 @@ class Compiled(AcceleratorKernel):
             return self.cl.array.empty(self.queue, 1, a.dtype, allocator=self.pool)
         return self.cl.array.to_device(self.queue, a, allocator=self.pool)
 
-    def empty(self, shape, dtype, zero, like=""):
+    def empty(self, shape, dtype, like=""):
         n = 1
         for s in shape:
             n *= s
-        alloc = self.cl.array.zeros if zero else self.cl.array.empty
-        arr = alloc(self.queue, max(n, 1), dtype, allocator=self.pool)
+        arr = self.cl.array.empty(self.queue, max(n, 1), dtype, allocator=self.pool)
         return arr if n == 0 else arr.reshape(shape)
 
-    def fill_zero(self, buf):
-        buf.fill(0)
+    def fill(self, buf, value):
+        buf.fill(value)
 
     def launch(self, launch, args):
         grid, block = launch["grid"], launch["block"]

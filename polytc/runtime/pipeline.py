@@ -15,7 +15,7 @@ from .. import config
 from ..codegen_c.emit import CEmitter
 from ..lang import program as P
 from ..lang import sizes as S
-from ..lang.ranges import Interval, check_nonempty
+from ..lang.ranges import Interval
 from ..options import Options
 from ..poly import schedule as sched
 from ..poly.scop import Scop
@@ -42,10 +42,12 @@ class Build:
     sites: list = field(default_factory=list)  # (Span, what) per run-time check
     stages: dict = field(default_factory=dict)  # stage name -> text
     timings: dict = field(default_factory=dict)  # pass name -> seconds
+    #: output or temporary -> the value every element must hold before the kernel runs
+    #: (``lang.program.initial_value``); absent when the kernel never sees its contents
+    fills: dict = field(default_factory=dict)
 
 
-def p_check_sizes(b: Build) -> Build:
-    check_nonempty(b.program, b.env)
+def p_source(b: Build) -> Build:
     b.stages["tc"] = str(b.program)
     return b
 
@@ -60,6 +62,20 @@ def p_scop(b: Build) -> Build:
 def p_dependences(b: Build) -> Build:
     b.deps = sched.dependences(b.scop)
     b.stages["dependences"] = str(b.deps)
+    return b
+
+
+def p_initial_values(b: Build) -> Build:
+    """The outputs and temporaries whose initial contents matter, and what they are: an
+    output some element of which no statement writes, or any tensor some element of
+    which is read before a statement writes it (``O(i) += A(i,j)``)."""
+    prog = b.program
+    for t in prog.outputs + prog.temporaries:
+        if b.deps.reads_before_write(t.name) or (
+                t.role == "output" and not b.scop.fully_written(t.name)):
+            b.fills[t.name] = P.initial_value(prog, t.name)
+    b.stages["initial_values"] = "\n".join(f"{k} = {v}" for k, v in b.fills.items()) or \
+        "(none: the statements write every element before reading it)"
     return b
 
 
@@ -128,8 +144,8 @@ def p_ast(b: Build) -> Build:
 
 def p_codegen_c(b: Build) -> Build:
     em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize)
-    zero = [t.name for t in b.program.temporaries if b.deps.reads_before_write(t.name)]
-    b.code = em.function(b.ast, FUNCTION_NAME, zero)
+    temps = {t.name: b.fills[t.name] for t in b.program.temporaries if t.name in b.fills}
+    b.code = em.function(b.ast, FUNCTION_NAME, temps)
     if not b.options.fp_contract:
         b.code = '#pragma GCC optimize ("fp-contract=off")\n' + b.code
     b.sites = em.sites
@@ -143,6 +159,8 @@ def p_codegen_gpu(b: Build) -> Build:
 
     em = GpuEmitter(b.scop, dialect(b.target), b.launches, b.options.vectorize)
     b.code = em.source(b.ast)
+    # a kernel whose statements have no instance for these sizes (M = 0) has no code
+    b.launches = [l for l in b.launches if l.name in em.emitted]
     b.sites = em.sites
     b.stages[b.target] = b.code
     return b
@@ -168,9 +186,10 @@ GPU = ("opencl", "cuda")
 
 #: (name, pass, optional, targets): the whole compiler after sema, in order
 PASSES = [
-    ("check_sizes", p_check_sizes, False, ALL),
+    ("source", p_source, False, ALL),
     ("scop", p_scop, False, ALL),
     ("dependences", p_dependences, False, ALL),
+    ("initial_values", p_initial_values, False, ALL),
     ("schedule", p_schedule, True, ALL),
     ("tile", p_tile, True, ALL),
     ("parallel", p_parallel, True, ALL),

@@ -45,6 +45,14 @@ def tc_type(dtype) -> str:
     return t.name
 
 
+def equal(a: str, b: str, dtype) -> str:
+    """TC for ``a == b`` where NaN equals NaN: finds the position of a ``max=``/``min=``
+    result, which is NaN when the reduced values hold one (ArgMax, MaxPool's Indices)."""
+    if np.dtype(dtype).kind != "f":
+        return f"{a} == {b}"
+    return f"({a} == {b} || ({a} != {a} && {b} != {b}))"
+
+
 def literal(value, dtype) -> str:
     """A TC expression for one constant of ``dtype``, typed exactly (``float(0.5)``)."""
     dtype = np.dtype(dtype)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import broadcast_shapes, idx, literal, op
+from . import broadcast_shapes, equal, idx, literal, op
 
 
 def _float_only(ctx, *refs):
@@ -407,7 +407,7 @@ def _argmax_indices(ctx, x, y, i, ranges, geo):
         inner.append(f"int64({pos[d]}) * {stride}" if stride != 1 else f"int64({pos[d]})")
         stride *= spatial[d]
     off = " + ".join(reversed(inner))
-    cond = " && ".join(guard + [f"{x(i[0], i[1], *pos)} == {y(*i)}"])
+    cond = " && ".join(guard + [equal(x(i[0], i[1], *pos), y(*i), x.dtype)])
     ctx.emit(ind, i, f"(({cond}) ? {off} : {literal(plane, np.int64)})", "min=!", ranges)
     if ctx.attr("storage_order", 0):  # column-major offsets: recompute from the row-major
         coords, rest = [], ind(*i)

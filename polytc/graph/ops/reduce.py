@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import idx, literal, op, tc_type
+from . import equal, idx, literal, op, tc_type
 
 
 def _axis(ctx, a, rank):
@@ -170,7 +170,7 @@ def _argminmax(ctx):
     best = r.temp(ctx)
     ctx.emit(best, r.lhs, r.read, "max=!" if ctx.node.op == "ArgMax" else "min=!", r.ranges)
     pos = f"int64(r{a})"
-    hit = f"{r.read} == {r.at(best)}"
+    hit = equal(r.read, r.at(best), x.dtype)
     first = r.temp(ctx, np.int64) if keep else y
     if ctx.attr("select_last_index", 0):
         ctx.emit(first, r.lhs, f"({hit}) ? {pos} : {literal(-1, np.int64)}", "max=!",
@@ -202,7 +202,8 @@ def _softmax(ctx):
     m = r.at(mx)
     if ctx.node.op == "Hardmax":  # 1 at the first maximum
         first = r.temp(ctx, np.int32)
-        ctx.emit(first, r.lhs, f"({r.read} == {m}) ? int32(r{a}) : int32({x.shape[a]})",
+        ctx.emit(first, r.lhs, f"({equal(r.read, m, x.dtype)}) ? int32(r{a}) : "
+                 f"int32({x.shape[a]})",
                  "min=!", r.ranges)
         one, zero = literal(1, x.dtype), literal(0, x.dtype)
         ctx.emit(y, i, f"(int32(i{a}) == {r.at(first)}) ? {one} : {zero}")
