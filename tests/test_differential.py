@@ -91,7 +91,7 @@ def _attempt(fn):
         return "error", e
 
 
-def _differences(got: dict, want: dict) -> list:
+def differences(got: dict, want: dict) -> list:
     bad = []
     for name, w in want.items():
         g = got[name]
@@ -143,7 +143,7 @@ def check(case: dict) -> list:
             continue
         got = mine if mine is not None else dict(zip(
             names, result if isinstance(result, tuple) else (result,)))
-        problems += [f"{target}: {p}" for p in _differences(
+        problems += [f"{target}: {p}" for p in differences(
             got, {n: expected[n] for n in names})]
     return problems
 

@@ -16,41 +16,22 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 import polytc
-import polytc.runtime.targets
 from polytc.lang import reference
-from polytc.lang import sizes as S
 
 from . import progen
-from .test_differential import MAPPING_OPTIONS, choices
+from .test_differential import BUG_ERRORS, MAPPING_OPTIONS, SETTINGS, choices, differences
 
 F32 = np.float32
-SETTINGS = dict(deadline=None, suppress_health_check=[
-    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-#: errors that are polytc bugs even though they are PolytcErrors
-BUG_ERRORS = (polytc.InternalError, polytc.CompilationError)
-
-
-def as_tuple(x):
-    return x if isinstance(x, tuple) else (x,)
 
 
 def mismatches(outputs, names, expected: dict) -> list:
-    """Names of the outputs that differ from the oracle's."""
-    bad = []
-    for name, got in zip(names, as_tuple(outputs)):
-        want = expected[name]
-        if got.shape != want.shape or got.dtype != want.dtype:
-            bad.append(f"{name}: {got.dtype}{got.shape} vs {want.dtype}{want.shape}")
-        elif got.dtype.kind == "f":
-            if not np.allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True):
-                bad.append(f"{name}: max abs error {np.nanmax(np.abs(got - want))}")
-        elif not np.array_equal(got, want):
-            bad.append(f"{name}: {int((got != want).sum())} elements differ")
-    return bad
+    """What differs from the oracle's outputs (``outputs``: one array or a tuple)."""
+    got = outputs if isinstance(outputs, tuple) else (outputs,)
+    return differences(dict(zip(names, got)), {n: expected[n] for n in names})
 
 
 # --- 1. well-formed programs agree with the oracle -----------------------------------------
@@ -95,20 +76,9 @@ def expect_polytc_error_or_nothing(fn):
 
 def inputs_for(program, sizes, rng) -> list | None:
     """Arrays matching ``program``'s declared inputs for ``sizes`` (None if too big)."""
-    arrays = []
-    for t in program.inputs:
-        shape = tuple(max(0, S.evaluate(d, sizes)) for d in t.shape)
-        if np.prod(shape, dtype=float) > 1e5:
-            return None
-        dt = t.dtype.np_dtype
-        if dt.kind == "f":
-            a = rng.uniform(-2, 2, shape)
-        elif dt.kind == "b":
-            a = rng.integers(0, 2, shape)
-        else:
-            a = rng.integers(-3, 4, shape)
-        arrays.append(np.asarray(a).astype(dt))
-    return arrays
+    if any(np.prod(t.extents(sizes), dtype=float) > 1e5 for t in program.inputs):
+        return None
+    return progen.arrays_for(program, sizes, rng)
 
 
 @settings(max_examples=200, **SETTINGS)

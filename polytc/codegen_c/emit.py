@@ -292,16 +292,17 @@ class CEmitter:
         return sst, ExprPrinter(self.scop.shapes, self.scop.env, dict(zip(sst.vars, args)),
                                 sst.guarded, self.sites)
 
-    def function(self, ast, fname: str, temp_fills=None) -> str:
+    def function(self, ast, fname: str, fills=None) -> str:
         """The kernel: ``int fname(inputs..., outputs..., temporaries...)``.  The runtime
         owns the temporaries (scratch buffers reused across calls); those read before
-        they are written (``temp_fills``: name -> initial value) are filled first."""
+        they are written (in ``fills``: name -> initial value) are filled first (the
+        runtime fills the outputs: ``out=`` arrays are initial values)."""
         prog = self.scop.program
         params = self.params
         body = [c.Statement("int err = 0")]
         for t in prog.temporaries:
-            if t.name in (temp_fills or {}):
-                body += self.fill(t, temp_fills[t.name])
+            if t.name in (fills or {}):
+                body += self.fill(t, fills[t.name])
         body += self.node(ast)
         body.append(c.Statement("return err"))
         fn = c.FunctionBody(c.FunctionDeclaration(c.Value("int", fname),

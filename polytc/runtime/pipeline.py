@@ -144,8 +144,7 @@ def p_ast(b: Build) -> Build:
 
 def p_codegen_c(b: Build) -> Build:
     em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize)
-    temps = {t.name: b.fills[t.name] for t in b.program.temporaries if t.name in b.fills}
-    b.code = em.function(b.ast, FUNCTION_NAME, temps)
+    b.code = em.function(b.ast, FUNCTION_NAME, b.fills)
     if not b.options.fp_contract:
         b.code = '#pragma GCC optimize ("fp-contract=off")\n' + b.code
     b.sites = em.sites
