@@ -39,18 +39,17 @@ def ten(float(N,D) X, float(D) g, float(D) b, float(D,E) W) -> (Y) {
 
 def cold_compile(src, arrays, reps=3):
     import polytc
-    from polytc.runtime import kernel as K
 
     times = []
     for _ in range(reps):
         os.environ["POLYTC_CACHE_DIR"] = tempfile.mkdtemp(prefix="polytc-bench-")
-        K._PROCESS.clear()
+        polytc.clear_cache(disk=False)
         k = polytc.tc(src)
         t0 = time.perf_counter()
         k.specialize(*arrays)
         times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        K._PROCESS.clear()
+        polytc.clear_cache(disk=False)
         polytc.tc(src).specialize(*arrays)
         disk = time.perf_counter() - t0
     return statistics.median(times), disk

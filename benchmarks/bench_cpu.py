@@ -500,7 +500,7 @@ def init_target(target: str, threads: int) -> str:
         # PoCL's CPU device starts one thread per core; the same count as everyone else
         os.environ["POCL_MAX_PTHREAD_COUNT"] = str(threads)
     import polytc
-    from polytc.runtime.targets import backend
+    from polytc.backends import get as backend
 
     try:
         be = backend(target)

@@ -211,7 +211,7 @@ class CudaSide:
             raise Skip("pycuda is not installed: pip install 'polytc[cuda]'") from None
         import polytc
         from polytc.codegen_cuda import nvcc_available, nvcc_command
-        from polytc.runtime.targets import backend
+        from polytc.backends import get as backend
 
         if not nvcc_available():
             raise Skip(f"nvcc does not run ({' '.join(nvcc_command())}): install the CUDA "

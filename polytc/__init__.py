@@ -20,8 +20,9 @@ from .diagnostics import (ArgumentError, CompilationError, InternalError,  # noq
                           UnsupportedError, user_boundary)
 from .options import Options  # noqa: F401
 from .poly.recipe import Schedule  # noqa: F401
-from .runtime.kernel import CompiledKernel, Kernel  # noqa: F401
-from .tiling.autotune import autotune  # noqa: F401
+from .kernel import Kernel, clear_cache  # noqa: F401
+from .runtime.native import CompiledKernel  # noqa: F401
+from .tuner.driver import autotune  # noqa: F401
 from .exploration import diff, explore  # noqa: F401
 
 

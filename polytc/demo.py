@@ -104,14 +104,14 @@ def _onnx_demo():
 def _accelerator_demo(ks, cases) -> None:
     """The same kernels on the OpenCL device (PoCL's CPU device when there is no GPU)
     and, where pycuda and a GPU are present, on CUDA."""
-    from .runtime import targets
+    from . import backends as targets
 
     for target in ("opencl", "cuda"):
         if not targets.available(target):
             print(f"\n{target}: no device here, skipped")
             continue
         print(f"\nthe same kernels on target={target} "
-              f"({targets.backend(target).device().name})")
+              f"({targets.get(target).device().name})")
         for name, args, expected in cases:
             k = ks[name].to(target)
             t0 = time.perf_counter()
@@ -170,7 +170,8 @@ def main() -> int:
     ref = _np_softmax(np.maximum(Xb @ W1.T + b1, 0) @ W2.T + b2)
     err = float(np.max(np.abs(P - ref)))
     assert err < 1e-4, err
-    print(f"  compile+first run {compile_s * 1e3:.0f} ms, run {_time(mlp, Xb, W1, b1, W2, b2) * 1e3:.3f} ms"
+    run_s = _time(mlp, Xb, W1, b1, W2, b2)
+    print(f"  compile+first run {compile_s * 1e3:.0f} ms, run {run_s * 1e3:.3f} ms"
           f", max |err| vs numpy {err:.2e}, predicted classes {P.argmax(1)[:8]}...")
 
     _accelerator_demo(ks, cases)

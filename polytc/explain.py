@@ -21,11 +21,16 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from .codegen_c.compiler import vectorizer_report
+from .compiler import pipeline
+from .compiler.passes import statement_points
 from .diagnostics import ScheduleError
 from .poly import handsched as H
 from .poly import legality as L
 from .poly.recipe import member_exprs, _expr_text, _sorted, _stmt_text
-from .tiling.transform import statements_below
+from .poly.schedule import has_contraction
+from .tiling.machine import host
+from .poly.transform import statements_below
 
 TOPICS = ("fusion", "parallel", "tiling", "vectorize")
 
@@ -73,10 +78,7 @@ class Explanation:
 
 def explain(program, env: dict, options, source: str = "the cost model",
             vectorizer: bool = True) -> Explanation:
-    from .runtime import pipeline
-    from .runtime.kernel import _PIPELINE_LOCK
-
-    with _PIPELINE_LOCK:
+    with pipeline.LOCK:  # the facts read the build's isl objects
         b = pipeline.run(program, env, options)
         facts = _Explainer(b, source).facts()
     if vectorizer:
@@ -85,8 +87,6 @@ def explain(program, env: dict, options, source: str = "the cost model",
 
 
 def _gcc(code: str) -> list:
-    from .codegen_c.compiler import vectorizer_report
-
     lines, by_msg = code.split("\n"), {}
     for n, msg in vectorizer_report(code):
         by_msg.setdefault(msg, []).append(n)
@@ -122,8 +122,6 @@ class _Explainer:
 
     # --- fusion ------------------------------------------------------------------------
     def strategy(self) -> str:
-        from .poly.schedule import has_contraction
-
         f = self.b.options.fusion
         if self.b.options.schedule:
             return "your hand schedule"
@@ -195,8 +193,10 @@ class _Explainer:
         sa = ", ".join(self.label(s) for s in a)
         sb = ", ".join(self.label(s) for s in b)
         head = f"{sb} runs in its own loop nest after {sa}"
-        split = [e for e in self.b.tiling if e[0] == "split"]
-        for _, groups in split:
+        for d in self.b.tiling:
+            if d.kind != "split":
+                continue
+            groups = d.facts["groups"]
             ga = next((k for k, g in enumerate(groups) if set(a) & set(g)), None)
             gb = next((k for k, g in enumerate(groups) if set(b) & set(g)), None)
             if ga is not None and gb is not None and ga != gb:
@@ -249,7 +249,6 @@ class _Explainer:
 
     # --- parallel loops ----------------------------------------------------------------
     def parallel(self):
-        from .runtime.pipeline import statement_points
 
         o = self.b.options
         points = sum(statement_points(s, self.b.env) for s in self.scop.stmts)
@@ -296,13 +295,11 @@ class _Explainer:
 
     # --- tiling ------------------------------------------------------------------------
     def tiling(self):
-        from .tiling.machine import host
-
         o = self.b.options
         for entry in self.b.tiling:
-            kind = entry[0]
+            kind = entry.kind
             if kind == "contraction":
-                d = entry[2]
+                d = entry.facts
                 src = self.source
                 if src == "the cost model":
                     m = host()
@@ -310,20 +307,20 @@ class _Explainer:
                             f"of {m.vector_bytes} bytes, cache tiles from L1 {m.l1 // 1024}"
                             f" KiB and L2 {m.l2 // 1024} KiB, tile height balanced over "
                             f"{m.cores} cores)")
-                self.say("tiling", f"{self.label(entry[1])} is a contraction: cache tiles "
+                self.say("tiling", f"{self.label(entry.statement)} is a contraction: cache tiles "
                          f"{'x'.join(map(str, d['cache']))} and register tiles "
                          f"{'x'.join(map(str, d['register']))} over its loops in the order "
                          f"{d['order']}; sizes from {src}.", str(entry))
             elif kind == "simd":
-                self.say("vectorize", f"The innermost loop of {', '.join(entry[1])} is "
+                self.say("vectorize", f"The innermost loop of {', '.join(entry.statements)} is "
                          "parallel and unit-stride for the writes: marked omp simd.",
                          str(entry))
             elif kind == "promote":
-                self.say("vectorize", f"{self.label(entry[1])}: its innermost loop is a "
+                self.say("vectorize", f"{self.label(entry.statement)}: its innermost loop is a "
                          "reduction into one element, accumulated in a register (a "
                          "vectorised reduction for + and *).", str(entry))
-        if not any(e[0] == "contraction" for e in self.b.tiling):
-            split = any(e[0] == "split" for e in self.b.tiling)
+        if not any(e.kind == "contraction" for e in self.b.tiling):
+            split = any(e.kind == "split" for e in self.b.tiling)
             why = ("your hand schedule decides the tiles" if o.schedule else
                    "tiling is switched off (Options(tile=()))" if o.tile == () else
                    "the tiler split the contractions from the statements around them, but "

@@ -29,7 +29,7 @@ import numpy as np
 from .diagnostics import PolytcError, user_boundary
 from .loopdiff import LoopDiff, diff  # noqa: F401 - polytc.diff is exported from here
 from .options import Options, OptionsError
-from .tiling.tuneplot import _unit
+from .tuner.units import time_unit as _unit
 
 MAX_VARIANTS = 64
 #: (rtol, atol) per float dtype: a float output passes when
@@ -297,7 +297,7 @@ def explore(kernel, *inputs, repeat: int = 20, warmup: int = 2, check: bool = Tr
     relative to the first row that ran (the first values of every list)."""
     from .lang.reference import run as oracle
     from .runtime import args as A
-    from .runtime.kernel import Kernel
+    from .kernel import Kernel
 
     if not isinstance(kernel, Kernel):
         raise PolytcError(f"explore takes a polytc kernel, got {type(kernel).__name__}",

@@ -1,7 +1,7 @@
 """``LoopDiff``: how the loop nests (or any other stage) of two compiled variants differ.
 
 ``polytc.diff(ck_a, ck_b, stage="ast")`` compares the text of one stage of two
-:class:`~polytc.runtime.kernel.CompiledKernel` objects (or two rows of a
+:class:`~polytc.runtime.native.CompiledKernel` objects (or two rows of a
 :func:`polytc.explore` result) line by line with :mod:`difflib`.  ``str()`` gives a
 unified diff, Jupyter shows the two texts side by side.
 """

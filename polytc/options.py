@@ -45,7 +45,7 @@ class Options:
     #: two, as GNU C does by default); ``False`` gives bit-exact separate roundings at
     #: half the multiply-add throughput
     fp_contract: bool = True
-    #: passes to skip by name (see ``polytc.runtime.pipeline.PASSES``)
+    #: passes to skip by name (see ``polytc.compiler.pipeline.PASSES``)
     disable: tuple = ()
     #: a hand schedule's recipe (``polytc.Schedule.steps``, see docs/jupyter.md): when
     #: given it replaces isl's scheduler and the tiling and parallel passes; C target only
@@ -133,11 +133,16 @@ class Options:
         return json.loads(self.to_json())
 
 
+#: hand-schedule step name -> number of arguments after the band number (``from``, the
+#: first step, takes none; ``poly/handsched.py`` applies them)
+STEPS = {"tile": 1, "interchange": 2, "split": 1, "fuse": 1, "distribute": 0,
+         "parallel": 1, "vectorize": 0, "unroll": 1}
+
+
 def _steps(steps) -> tuple:
     """A schedule recipe as nested tuples (JSON gives lists), its step names checked."""
     if not steps:
         return ()
-    from .poly.handsched import STEPS
 
     def tup(x):
         return tuple(tup(y) for y in x) if isinstance(x, (list, tuple)) else x

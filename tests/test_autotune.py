@@ -13,13 +13,13 @@ import pytest
 import polytc
 from polytc.lang import reference
 from polytc.options import FUSIONS, Options
-from polytc.runtime import targets, tuning
-from polytc.tiling.autotune import (ACCEL_FIELDS, BLOCK_THREADS, Search, Space, crossover,
-                                    mutate)
+from polytc import backends as targets
+from polytc.runtime import tuning
+from polytc.tuner.search import Search, crossover, mutate
+from polytc.tuner.space import ACCEL_FIELDS, BLOCK_THREADS, Space
+from tests.kernels_small import MATMUL, SOFTMAX
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-from tests.kernels_small import MATMUL, SOFTMAX
 
 OPENCL = targets.available("opencl")
 needs_opencl = pytest.mark.skipif(not OPENCL, reason="no OpenCL device")
@@ -389,9 +389,9 @@ def test_autotune_cuda_without_a_gpu(cache_dir):
 def test_autotune_from_an_unguarded_script(tmp_path):
     """Workers are separate programs: a script without a __main__ guard is fine."""
     script = tmp_path / "tune.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(textwrap.dedent("""
         import numpy as np, polytc
-        k = polytc.tc("def add(float(N) A, float(N) B) -> (C) {{ C(i) = A(i) + B(i) }}")
+        k = polytc.tc("def add(float(N) A, float(N) B) -> (C) { C(i) = A(i) + B(i) }")
         a = np.arange(100, dtype=np.float32)
         t = polytc.autotune(k, a, a, budget=20, population=2, generations=1, verbose=False)
         assert np.array_equal(t(a, a), 2 * a)

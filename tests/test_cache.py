@@ -14,8 +14,8 @@ import pytest
 
 from polytc.codegen_c import compiler
 from polytc.diagnostics import CompilationError
-from polytc.runtime import cache as cache_mod
-from polytc.runtime.cache import DiskCache, cache_key, polytc_fingerprint
+from polytc import cache as cache_mod
+from polytc.cache import DiskCache, cache_key, polytc_fingerprint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 import polytc
 from polytc import config
 from polytc.lang import reference
-from polytc.runtime.targets import available
+from polytc.backends import available
 
 from . import progen
 
@@ -135,7 +135,7 @@ def check(case: dict) -> list:
         mine = copies()
         args = {} if mine is None else {
             "out": tuple(mine[n] for n in names) if len(names) > 1 else mine[names[0]]}
-        tkind, result = _attempt(lambda: k(*inputs, **args))
+        tkind, result = _attempt(lambda k=k, args=args: k(*inputs, **args))
         if kind == "error" or tkind == "error":
             if kind != tkind:
                 problems.append(f"{target}: {result if tkind == 'error' else 'no error'}, "

@@ -9,7 +9,7 @@ import polytc
 from polytc.exploration import Exploration, Variant, _compare
 from polytc.loopdiff import LoopDiff
 from polytc.options import OptionsError
-from polytc.tiling.tuneplot import TunePlot
+from polytc.tuner.plot import TunePlot
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
@@ -95,16 +95,16 @@ def test_explore_rejects_bad_choices():
 
 
 def test_explore_records_compile_errors(monkeypatch):
-    from polytc.runtime import kernel as K
+    from polytc.backends.base import Backend
 
-    build = K._load_or_build
+    build = Backend._load_or_build
 
-    def failing(program, env, options, key):
+    def failing(self, program, env, options, key):
         if options.parallel_min_points == 12345:
             raise polytc.CompilationError("gcc said no")
-        return build(program, env, options, key)
+        return build(self, program, env, options, key)
 
-    monkeypatch.setattr(K, "_load_or_build", failing)
+    monkeypatch.setattr(Backend, "_load_or_build", failing)
     x = np.arange(8, dtype=np.float32)
     ex = polytc.explore(polytc.tc(ADD), x, x, repeat=3, parallel_min_points=[1 << 15, 12345])
     good, bad = ex.rows

@@ -49,7 +49,7 @@ def _nvcc() -> bool:
 @given(g=progen.programs(), sizes=progen.sizes(), options=choices(MAPPING_OPTIONS))
 def test_random_programs_compile_for_cuda(g, sizes, options):
     from polytc.codegen_cuda import compile_ptx
-    from polytc.runtime import pipeline
+    from polytc.compiler import pipeline
     from polytc.runtime.args import bind_sizes
     from polytc.runtime.cuda import default_device
 

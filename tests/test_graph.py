@@ -203,7 +203,7 @@ def test_inline_substitutes_single_reads_only():
     A = np.random.default_rng(6).standard_normal((5, 7)).astype(F)
     B = np.random.default_rng(7).standard_normal((7, 6)).astype(F)
     bb = np.ones(6, F)
-    from polytc.runtime.kernel import Kernel
+    from polytc.kernel import Kernel
 
     np.testing.assert_allclose(Kernel(p)(A, B, bb), k(A, B, bb), rtol=1e-5)
 

@@ -34,7 +34,7 @@ def _cases():
         return []
     ops = [o for o in only.split(",") if o] or None
     params = []
-    for op, t in conformance.node_cases(ops):
+    for _op, t in conformance.node_cases(ops):
         why = conformance.exclusion(t)
         marks = []
         if why is not None:

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from polytc import UnsupportedError
 from polytc.graph import examples as ex
-from polytc.runtime import targets
+from polytc import backends as targets
 
 from .test_onnx_errors import raises, small_model
 from .test_onnx_models import model, reference

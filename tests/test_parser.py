@@ -12,7 +12,8 @@ from polytc.lang import sizes as S
 from polytc.lang import types as T
 from polytc.lang.lexer import tokenize
 from polytc.lang.parser import BUILTINS, parse
-from polytc.lang.printer import ast_expr_to_tc, ast_to_tc, expr_to_tc, program_to_tc
+from polytc.lang.printer import ast_expr_to_tc, ast_to_tc
+from polytc.lang.program import expr_to_tc, program_to_tc
 
 
 def kinds(text):

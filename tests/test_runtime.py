@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import polytc
-from polytc.runtime import kernel as K
-from polytc.runtime import pipeline
+from polytc.compiler import pipeline
 
 from tests.kernels_small import MATMUL as MM
 
@@ -19,9 +18,9 @@ from tests.kernels_small import MATMUL as MM
 @pytest.fixture(autouse=True)
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("POLYTC_CACHE_DIR", str(tmp_path / "cache"))
-    K._PROCESS.clear()
+    polytc.clear_cache(disk=False)
     yield
-    K._PROCESS.clear()
+    polytc.clear_cache(disk=False)
 
 
 def rand(*shape, dtype=np.float32, seed=0):
@@ -49,7 +48,7 @@ def test_second_call_touches_neither_isl_nor_gcc(monkeypatch):
 def test_disk_cache_serves_a_new_process_table(monkeypatch):
     A, B = rand(6, 4), rand(4, 3)
     polytc.tc(MM)(A, B)
-    K._PROCESS.clear()
+    polytc.clear_cache(disk=False)
     monkeypatch.setattr(pipeline, "run", lambda *a, **k: pytest.fail("isl ran again"))
     ck = polytc.tc(MM).specialize(A, B)
     assert ck._build is None  # loaded, not built
@@ -60,7 +59,7 @@ def test_disk_cache_serves_a_new_process_table(monkeypatch):
 def test_disk_cache_across_processes(tmp_path):
     script = "\n".join([
         "import sys, numpy as np, polytc",
-        "from polytc.runtime import pipeline",
+        "from polytc.compiler import pipeline",
         f"mm = polytc.tc({MM!r})",
         "A = np.ones((4, 3), np.float32); B = np.ones((3, 2), np.float32)",
         "if sys.argv[1] == 'second':",
@@ -80,7 +79,7 @@ def test_corrupt_disk_entry_is_rebuilt():
 
     A, B = rand(5, 5), rand(5, 5)
     polytc.tc(MM)(A, B)
-    K._PROCESS.clear()
+    polytc.clear_cache(disk=False)
     for so in glob.glob(str(__import__("os").environ["POLYTC_CACHE_DIR"]) + "/**/kernel.so",
                         recursive=True):
         with open(so, "r+b") as f:
@@ -155,13 +154,52 @@ def test_fusion_strategies_agree(fusion):
 
 
 def test_passes_are_named_and_can_be_switched_off():
-    names = [n for n, *_ in pipeline.PASSES]
-    assert names[:3] == ["source", "scop", "dependences"] and "codegen_c" in names
+    assert pipeline.NAMES == ("source", "scop", "dependences", "initial_values", "schedule",
+                              "fuse_outer", "serial_reductions", "tile", "parallel", "map",
+                              "ast", "codegen")
     mm = polytc.tc(MM, options=polytc.Options(disable=("schedule", "parallel")))
     A, B = rand(64, 64), rand(64, 64)
     ck = mm.specialize(A, B)
     assert "omp parallel" not in ck.code
+    assert "schedule" not in ck.timings and "gcc" in ck.timings
     np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_pipeline_prefix_and_immutable_builds():
+    """``until`` stops after a pass; every pass returns a new Build, so a prefix held by
+    someone is never changed by the passes after it."""
+    import dataclasses
+
+    from tests.kernels_small import SOFTMAX
+
+    program = polytc.tc(SOFTMAX).program
+    env = {"N": 8, "D": 16}
+    head = pipeline.run(program, env, polytc.Options(fusion="max"), until="schedule")
+    assert head.passes == ("source", "scop", "dependences", "initial_values", "schedule")
+    assert head.fusion == "max" and head.ast is None and head.code == ""
+    whole = pipeline.run(program, env, polytc.Options(fusion="max"))
+    assert whole.passes[-3:] == ("parallel", "ast", "codegen") and "fuse_outer" in whole.passes
+    assert set(whole.timings) == set(whole.passes)
+    assert "softmax [N=8, D=16] target=c" in repr(whole)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        whole.code = ""
+    off = pipeline.run(program, env, polytc.Options(fusion="max", disable=("fuse_outer",)))
+    assert "fuse_outer" not in off.passes and "fuse_outer" not in off.timings
+    with pytest.raises(polytc.InternalError, match="no pass named 'shedule'"):
+        pipeline.run(program, env, polytc.Options(), until="shedule")
+
+
+def test_clear_cache_forgets_loaded_and_disk_kernels(monkeypatch):
+    A, B = rand(6, 4), rand(4, 3)
+    k = polytc.tc(MM)
+    k(A, B)
+    assert polytc.clear_cache() >= 1
+    calls = []
+    run = pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda *a, **kw: calls.append(1) or run(*a, **kw))
+    np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-5, atol=1e-5)  # the same object
+    assert calls == [1]  # compiled again: neither its table nor the disk served it
+    assert polytc.clear_cache(disk=False) == 0
 
 
 def test_introspection_stages():
@@ -181,7 +219,7 @@ def test_debug_logging(monkeypatch, capsys):
     monkeypatch.setenv("POLYTC_DEBUG", "2")
     polytc.tc(MM).specialize(rand(2, 2), rand(2, 2))
     err = capsys.readouterr().err
-    for name in ("scop", "dependences", "schedule", "codegen_c"):
+    for name in ("scop", "dependences", "schedule", "serial_reductions", "codegen"):
         assert f"pass {name}:" in err
     assert "--- stage c ---" in err
 

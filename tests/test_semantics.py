@@ -9,7 +9,7 @@ import pytest
 
 import polytc
 from polytc.lang import reference
-from polytc.runtime.targets import available
+from polytc.backends import available
 
 from .test_onnx_nn_ops import _model
 

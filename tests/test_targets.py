@@ -11,7 +11,7 @@ import pytest
 
 import polytc
 from polytc import KernelRuntimeError, PolytcError, UnsupportedError
-from polytc.runtime import targets
+from polytc import backends as targets
 
 from .kernels import BY_NAME, CATALOGUE
 from .test_kernels import as_tuple, check, params, rng_for
@@ -175,15 +175,16 @@ def test_kernel_to_target_keeps_options():
 
 
 # --- CUDA ------------------------------------------------------------------------------
-def cuda_source(entry, options=polytc.Options(), **sizes):
-    from polytc.runtime import pipeline
+def cuda_source(entry, options=None, **sizes):
+    from polytc.compiler import pipeline
     from polytc.runtime.args import as_arrays, bind_sizes
     from polytc.runtime.cuda import default_device
 
     k = polytc.tc(entry.tc, entry.def_name)
     inputs = as_arrays(k.program, entry.make(rng_for(entry), **(sizes or entry.sizes[0])))
     env = bind_sizes(k.program, inputs)
-    return pipeline.run(k.program, env, options, "cuda", default_device()).code
+    return pipeline.run(k.program, env, options or polytc.Options(), "cuda",
+                        default_device()).code
 
 
 @pytest.mark.skipif(not _nvcc(), reason="nvcc not found")

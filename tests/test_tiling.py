@@ -7,7 +7,8 @@ import pytest
 
 import polytc
 from polytc.lang import reference
-from polytc.runtime import pipeline
+from polytc.compiler import pipeline
+from polytc.tiling.decisions import Decision
 from tests.kernels_small import SOFTMAX
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
@@ -59,10 +60,11 @@ def test_contractions_tiled(src, shapes, options):
 def test_tiling_report_and_isolation():
     k = polytc.tc(MATMUL, options=SMALL)
     b = pipeline.run(k.program, {"M": 40, "K": 20, "N": 70}, k.options)
-    kinds = [e[0] for e in b.tiling]
+    kinds = [e.kind for e in b.tiling]
     assert "contraction" in kinds
-    entry = next(e for e in b.tiling if e[0] == "contraction")
-    assert entry[2]["cache"] == [12, 32, 8] and entry[2]["register"] == [3, 16, 1]
+    entry = next(e for e in b.tiling if e.kind == "contraction")
+    assert entry.facts["cache"] == [12, 32, 8] and entry.facts["register"] == [3, 16, 1]
+    assert "contraction S0; order" in str(entry) and "cache 12x32x8" in str(entry)
     assert "isolate" in b.stages["schedule"]
     assert 'mark: "promote:' in b.stages["schedule"]
 
@@ -112,7 +114,8 @@ LAYERNORM = """def layernorm(float(N,D) X, float(D) g, float(D) b) -> (Y) {
 }"""
 
 
-@pytest.mark.parametrize("src,shapes", [(SOFTMAX, [(37, 129)]), (LAYERNORM, [(19, 70), (70,), (70,)])])
+@pytest.mark.parametrize("src,shapes", [(SOFTMAX, [(37, 129)]),
+                                        (LAYERNORM, [(19, 70), (70,), (70,)])])
 def test_max_fusion_makes_one_row_loop(src, shapes):
     ck = check(src, shapes, polytc.Options(fusion="max", parallel_min_points=1))
     body = ck.code[ck.code.index("int polytc_kernel"):]
@@ -132,10 +135,10 @@ def test_fusion_result_is_checked_against_dependences(monkeypatch):
 def test_transposed_matvec_gets_a_register_row():
     k = polytc.tc(BICG, options=polytc.Options(parallel_min_points=1))
     b = pipeline.run(k.program, {"N": 70, "M": 90}, k.options)
-    entry = next(e for e in b.tiling if e[0] == "contraction")
-    assert entry[1] == "S0"  # s(j) += A(i, j) * r(i): accumulators along j
-    assert entry[2]["register"][0] > 1 and entry[2]["register"][1] == 1
-    assert ("promote", "S1") in b.tiling  # q(i) += A(i, j) * p(j): a dot product per row
+    entry = next(e for e in b.tiling if e.kind == "contraction")
+    assert entry.statement == "S0"  # s(j) += A(i, j) * r(i): accumulators along j
+    assert entry.facts["register"][0] > 1 and entry.facts["register"][1] == 1
+    assert Decision("promote", ["S1"]) in b.tiling  # q(i) += A(i, j) * p(j): a dot product per row
     check(BICG, [(70, 90), (70,), (90,)], k.options)
 
 
@@ -185,7 +188,7 @@ def test_auto_fusion_follows_the_cost_model():
         Y(b, o) +=! T(b, h) * W2(h, o)
     }""")
     b = pipeline.run(mlp.program, {"B": 30, "I": 40, "H": 50, "O": 60}, mlp.options)
-    assert [e[1] for e in b.tiling if e[0] == "contraction"] == ["S0", "S1"]
+    assert [e.statement for e in b.tiling if e.kind == "contraction"] == ["S0", "S1"]
     assert "contraction" in b.stages["tiling"]
     atax = """def atax(float(M,N) A, float(N) x) -> (y) {
         t(i) +=! A(i, j) * x(j)

@@ -1,6 +1,6 @@
 """The C compiler driver: generated C source in, a loadable shared object out.
 
-Builds go through the on-disk :class:`~polytc.runtime.cache.DiskCache`; the key covers
+Builds go through the on-disk :class:`~polytc.cache.DiskCache`; the key covers
 the source, the flags, the compiler's identity and (with ``-march=native``) the host's
 target features, so a cache shared between machines never serves a foreign binary.
 The compiler is ``POLYTC_CC`` (default ``gcc``), extra flags come from ``POLYTC_CFLAGS``.
@@ -19,7 +19,7 @@ import time
 
 from .. import config
 from ..diagnostics import CompilationError, InternalError
-from ..runtime.cache import DiskCache, cache_key
+from ..cache import DiskCache, cache_key
 
 __all__ = ["compiler_identity", "default_flags", "build_shared_object"]
 

@@ -55,7 +55,7 @@ def layout(graph) -> tuple:
     for d in sorted(rows):  # by the mean column of the predecessors, else as listed
         first = {key: i for i, key in enumerate(rows[d])}
 
-        def centre(key):
+        def centre(key, first=first):
             ps = [col[p] for p in preds.get(key, []) if p in col]
             return (sum(ps) / len(ps) if ps else first[key], first[key])
         rows[d].sort(key=centre)

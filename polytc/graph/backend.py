@@ -106,7 +106,7 @@ class PolytcRep(BackendRep):
     def _session(self, feed: dict):
         if not self.params:
             return self.session, feed
-        from .. import onnx as ponnx
+        from . import session as ponnx
 
         values = {n: np.asarray(feed[n]) for n in self.params if n in feed}
         key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in sorted(values.items()))
@@ -119,7 +119,7 @@ class PolytcRep(BackendRep):
 class PolytcBackend(Backend):
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs):
-        from .. import onnx as ponnx
+        from . import session as ponnx
         from .onnx_import import load
 
         # (no super().prepare: polytc's importer runs onnx's checker and reports a

@@ -54,7 +54,8 @@ def check_supported(g: Graph) -> None:
         kinds: dict = {}
         for n in bad:
             kinds.setdefault(f"{n.domain + '.' if n.domain else ''}{n.op}", []).append(n.name)
-        listing = "; ".join(f"{op} ({len(ns)}x: {', '.join(ns[:3])}{', ...' if len(ns) > 3 else ''})"
+        listing = "; ".join(f"{op} ({len(ns)}x: {', '.join(ns[:3])}"
+                            f"{', ...' if len(ns) > 3 else ''})"
                             for op, ns in sorted(kinds.items()))
         raise UnsupportedError(f"the model uses {len(kinds)} op type(s) polytc does not "
                                f"support: {listing}")

@@ -7,7 +7,8 @@ totals.  ``-v`` also prints each failure's first line; ``--markdown FILE`` write
 table as markdown; ``--update-docs docs/onnx.md`` rewrites that page's generated sections
 (the supported ops, from ``polytc.graph.ops.REGISTRY``, and the table).  With no ``OP``
 it runs every test whose nodes polytc all supports; naming ops runs every test of those
-ops, supported or not; ``--all`` runs every node test.  tests/test_onnx_backend.py runs the same cases under pytest.
+ops, supported or not; ``--all`` runs every node test.  tests/test_onnx_backend.py runs the
+same cases under pytest.
 
 A test counts for the op it tests: the op of its single node, or for a multi-node test
 (``*_expanded``: a function op written out in primitive ops) the op of the test it

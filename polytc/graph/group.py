@@ -6,7 +6,8 @@ or the result of an earlier step), (2) neither it nor the group is ``opaque``, (
 group holds at most one contraction, and never a contraction and a reduction together —
 so a group is either elementwise and data-movement ops around one MatMul/Conv (a prologue
 and an epilogue: bias, activation, residual), or a chain of elementwise, reduction and
-movement ops (softmax, layer norm, pooling), which isl fuses into one loop nest — and (4) the group stays
+movement ops (softmax, layer norm, pooling), which isl fuses into one loop nest — and (4) the
+group stays
 under ``MAX_STATEMENTS``, which bounds isl's scheduling time.  Inside a group isl decides
 the actual loop fusion (``Options.fusion``); values that no other step reads become
 temporaries of the program, never written to memory the executor sees.

@@ -104,7 +104,7 @@ class Graph:
         lines = [f"graph {self.name} (opset {self.opset})"]
         for v in self.inputs:
             lines.append(f"  input  {v}: {self.type_of(v) or '?'}")
-        for v, c in self.constants.items():
+        for v in self.constants:
             lines.append(f"  const  {v}: {self.type_of(v)}")
         for n in self.nodes:
             types = ", ".join(str(self.type_of(o) or "?") for o in n.outputs)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from ..diagnostics import Span
+from .types import ScalarType
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Number:
     value: Union[int, float]
     is_float: bool
     span: Span = field(repr=False)
-    type: object = None  # ScalarType, only from lowering code
+    type: ScalarType | None = None  # only from lowering code
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Access:
     tensor: str
     indices: tuple  # tuple[Expr, ...]
     span: Span = field(repr=False)
-    name_span: Span = field(repr=False, default=None)
+    name_span: Span | None = field(repr=False, default=None)
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,8 @@ class Statement:
     rhs: Expr
     where: tuple  # tuple[WhereClause, ...]
     span: Span = field(repr=False)
-    tensor_span: Span = field(repr=False, default=None)
-    equivalent: "Access" = None  # name(args): an Access or Call node, args unchecked
+    tensor_span: Span | None = field(repr=False, default=None)
+    equivalent: "Access | Call | None" = None  # name(args): an Access or Call node, args unchecked
 
 
 # --- definitions -----------------------------------------------------------------------

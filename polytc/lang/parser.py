@@ -15,6 +15,7 @@ builtin calls, ``TYPE(expr)`` casts and parenthesised expressions.
 from __future__ import annotations
 
 import dataclasses
+from typing import NoReturn
 
 from ..diagnostics import Source, Span, TCSyntaxError
 from . import ast
@@ -108,7 +109,7 @@ class _Parser:
         return tok
 
     def error(self, message: str, tok: Token | None = None, hint: str | None = None,
-              span: Span | None = None):
+              span: Span | None = None) -> NoReturn:
         tok = tok or self.cur
         raise TCSyntaxError(message, span or tok.span, hint)
 
@@ -211,7 +212,7 @@ class _Parser:
             return ast.Dim(tok.text, tok.span)
         if tok.kind == "number" and not tok.is_float:
             self.next()
-            return ast.Dim(tok.value, tok.span)
+            return ast.Dim(int(tok.value or 0), tok.span)
         self.error(f"expected a dimension but found {tok.describe()}",
                    hint="a dimension is a size name such as 'N' or an integer such as '3'")
 
@@ -310,7 +311,7 @@ class _Parser:
         if tok.kind in ("-", "!"):
             self.next()
             operand = self.expr(UNARY_PREC)
-            lhs = ast.Unary(tok.kind, operand, tok.span.to(operand.span))
+            lhs: ast.Expr = ast.Unary(tok.kind, operand, tok.span.to(operand.span))
         else:
             lhs = self.primary()
         while True:

@@ -1,9 +1,9 @@
 """Printing programs back as TC text.
 
-* :func:`expr_to_tc` / :func:`program_to_tc` print the checked, typed program
-  (:mod:`polytc.lang.program`) as canonical TC;
 * :func:`ast_expr_to_tc` / :func:`ast_to_tc` print the untyped syntax tree
-  (:mod:`polytc.lang.ast`) so that parsing the text gives the same tree back.
+  (:mod:`polytc.lang.ast`) so that parsing the text gives the same tree back;
+* the precedence and literal helpers here also print the checked, typed program
+  (``expr_to_tc`` / ``program_to_tc`` in :mod:`polytc.lang.program`, which owns it).
 
 Parentheses are added only where the grammar needs them: around an operand whose
 operator binds more loosely than its parent's, and on the right of a left-associative
@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 
 from . import ast
-from . import program as P
-from . import sizes as S
 
 _PREC = {
     "||": 2, "&&": 3,
@@ -39,16 +37,17 @@ def _paren(text: str, prec: int, need: int) -> str:
     return f"({text})" if prec < need else text
 
 
-def _binary(op: str, lhs: tuple, rhs: tuple) -> tuple:
+def _binary(op: str, lhs: tuple[str, int], rhs: tuple[str, int]) -> tuple[str, int]:
     p = _PREC[op]
     return f"{_paren(*lhs, p)} {op} {_paren(*rhs, p + 1)}", p
 
 
-def _ternary(cond: tuple, then: tuple, other: tuple) -> tuple:
+def _ternary(cond: tuple[str, int], then: tuple[str, int],
+             other: tuple[str, int]) -> tuple[str, int]:
     return f"{_paren(*cond, _TERNARY + 1)} ? {then[0]} : {other[0]}", _TERNARY
 
 
-def _unary(op: str, operand: tuple) -> tuple:
+def _unary(op: str, operand: tuple[str, int]) -> tuple[str, int]:
     text = _paren(*operand, _UNARY)
     sep = " " if op == "-" and text.startswith("-") else ""
     return f"{op}{sep}{text}", _UNARY
@@ -56,81 +55,6 @@ def _unary(op: str, operand: tuple) -> tuple:
 
 def _literal_prec(text: str) -> int:
     return _UNARY if text.startswith("-") else _ATOM
-
-
-# --- typed program ---------------------------------------------------------------------
-def _texpr(e) -> tuple:
-    """(text, precedence) of a typed expression."""
-    if isinstance(e, P.Const):
-        if e.dtype.kind == "bool":
-            return f"bool({int(bool(e.value))})", _ATOM
-        text = _float_literal(e.value) if e.dtype.is_float else str(int(e.value))
-        return text, (_ATOM if text.startswith("(") else _literal_prec(text))
-    if isinstance(e, (P.Index, P.Size)):
-        return e.name, _ATOM
-    if isinstance(e, P.Read):
-        if not e.indices:
-            return e.tensor, _ATOM
-        return f"{e.tensor}({', '.join(expr_to_tc(i) for i in e.indices)})", _ATOM
-    if isinstance(e, P.Apply):
-        return f"{e.func}({', '.join(expr_to_tc(a) for a in e.args)})", _ATOM
-    if isinstance(e, P.Convert):
-        return f"{e.dtype.name}({expr_to_tc(e.value)})", _ATOM
-    if isinstance(e, P.Neg):
-        return _unary("-", _texpr(e.value))
-    if isinstance(e, P.Not):
-        return _unary("!", _texpr(e.value))
-    if isinstance(e, P.Bin):
-        return _binary(e.op, _texpr(e.lhs), _texpr(e.rhs))
-    if isinstance(e, P.Select):
-        return _ternary(_texpr(e.cond), _texpr(e.then), _texpr(e.other))
-    raise TypeError(f"not a program expression: {e!r}")
-
-
-def expr_to_tc(e) -> str:
-    """TC text of a typed program expression."""
-    return _texpr(e)[0]
-
-
-def _shape(dtype, shape) -> str:
-    if not shape:
-        return dtype.name
-    return f"{dtype.name}({','.join(S.to_tc(d) for d in shape)})"
-
-
-def _decl(t: P.TensorInfo) -> str:
-    return f"{_shape(t.dtype, t.shape)} {t.name}"
-
-
-def _stmt_to_tc(p: P.Program, s: P.Stmt) -> str:
-    lhs = s.tensor if not s.indices else f"{s.tensor}({', '.join(s.indices)})"
-    op = "=" if s.op is None else s.op + "=" + ("!" if s.init else "")
-    try:
-        shape = p.tensor(s.tensor).shape
-    except KeyError:
-        shape = ()
-    shown = []
-    for r in s.ranges:
-        if r.var in s.indices and r.var not in s.reduction_vars:
-            d = s.indices.index(r.var)
-            if d < len(shape) and r.lo == S.const(0) and r.hi == shape[d]:
-                continue
-        shown.append(f"{r.var} in {S.to_tc(r.lo)}:{S.to_tc(r.hi)}")
-    where = f" where {', '.join(shown)}" if shown else ""
-    equivalent = f" <=> {s.equivalent}" if s.equivalent else ""
-    return f"{lhs} {op} {expr_to_tc(s.rhs)}{equivalent}{where}"
-
-
-def program_to_tc(p: P.Program) -> str:
-    """Canonical TC text of a checked program (temporaries listed in a comment)."""
-    ins = ", ".join(_decl(t) for t in p.inputs)
-    outs = ", ".join(_decl(t) for t in p.outputs)
-    lines = [f"def {p.name}({ins}) -> ({outs}) {{"]
-    if p.temporaries:
-        lines.append(f"    # temporaries: {', '.join(_decl(t) for t in p.temporaries)}")
-    lines.extend(f"    {_stmt_to_tc(p, s)}" for s in p.statements)
-    lines.append("}")
-    return "\n".join(lines)
 
 
 # --- untyped syntax tree ---------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Union
 
 from ..diagnostics import Source, Span
 from . import sizes as S
+from .printer import _ATOM, _binary, _float_literal, _literal_prec, _ternary, _unary
 from .types import BOOL, INDEX, ScalarType
 
 
@@ -32,20 +33,20 @@ from .types import BOOL, INDEX, ScalarType
 class Const:
     value: Union[int, float, bool]
     dtype: ScalarType
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
 
 
 @dataclass(frozen=True)
 class Index:
     name: str
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
     dtype: ScalarType = INDEX
 
 
 @dataclass(frozen=True)
 class Size:
     name: str
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
     dtype: ScalarType = INDEX
 
 
@@ -54,7 +55,7 @@ class Read:
     tensor: str
     indices: tuple
     dtype: ScalarType
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
 
 
 @dataclass(frozen=True)
@@ -62,20 +63,20 @@ class Apply:
     func: str
     args: tuple
     dtype: ScalarType
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
 
 
 @dataclass(frozen=True)
 class Convert:
     value: "TExpr"
     dtype: ScalarType
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
 
 
 @dataclass(frozen=True)
 class Neg:
     value: "TExpr"
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
 
     @property
     def dtype(self):
@@ -85,7 +86,7 @@ class Neg:
 @dataclass(frozen=True)
 class Not:
     value: "TExpr"
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
     dtype: ScalarType = BOOL
 
 
@@ -95,7 +96,7 @@ class Bin:
     lhs: "TExpr"
     rhs: "TExpr"
     dtype: ScalarType
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class Select:
     cond: "TExpr"
     then: "TExpr"
     other: "TExpr"
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
 
     @property
     def dtype(self):
@@ -192,7 +193,7 @@ class Stmt:
     rhs: TExpr
     ranges: tuple  # tuple[Range, ...]
     reduction_vars: tuple  # tuple[str, ...]
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
     #: TC's ``<=> name(args)`` annotation, as TC text (documentation, never compiled)
     equivalent: Union[str, None] = None
 
@@ -213,7 +214,7 @@ class TensorInfo:
     dtype: ScalarType
     shape: tuple  # tuple[SizeExpr, ...]
     role: str  # "input" | "output" | "temp"
-    span: Span = field(repr=False, default=None)
+    span: Span | None = field(repr=False, default=None)
 
     @property
     def rank(self) -> int:
@@ -233,7 +234,7 @@ class Program:
     temporaries: tuple  # tensors written but not returned (polytc extension)
     sizes: tuple  # size names bound by the inputs' shapes, in order of first appearance
     statements: tuple  # tuple[Stmt, ...]
-    source: Source = field(repr=False, compare=False, default=None)
+    source: Source | None = field(repr=False, compare=False, default=None)
 
     def tensor(self, name: str) -> TensorInfo:
         for t in self.inputs + self.outputs + self.temporaries:
@@ -247,7 +248,7 @@ class Program:
 
     def bind_sizes(self, shapes) -> dict:
         """Size name -> value from the inputs' shapes (checked by the runtime first)."""
-        env = {}
+        env: dict = {}
         for t, shape in zip(self.inputs, shapes):
             for d, n in zip(t.shape, shape):
                 if isinstance(d, S.Lin) and len(d.terms) == 1 and d.const == 0 \
@@ -256,9 +257,82 @@ class Program:
         return env
 
     def __str__(self) -> str:
-        from .printer import program_to_tc
-
         return program_to_tc(self)
 
     def _repr_markdown_(self) -> str:
         return f"```\n{self}\n```"
+
+
+# --- printing: canonical TC text -------------------------------------------------------
+def _texpr(e) -> tuple:
+    """(text, precedence) of a typed expression."""
+    if isinstance(e, Const):
+        if e.dtype.kind == "bool":
+            return f"bool({int(bool(e.value))})", _ATOM
+        text = _float_literal(e.value) if e.dtype.is_float else str(int(e.value))
+        return text, (_ATOM if text.startswith("(") else _literal_prec(text))
+    if isinstance(e, (Index, Size)):
+        return e.name, _ATOM
+    if isinstance(e, Read):
+        if not e.indices:
+            return e.tensor, _ATOM
+        return f"{e.tensor}({', '.join(expr_to_tc(i) for i in e.indices)})", _ATOM
+    if isinstance(e, Apply):
+        return f"{e.func}({', '.join(expr_to_tc(a) for a in e.args)})", _ATOM
+    if isinstance(e, Convert):
+        return f"{e.dtype.name}({expr_to_tc(e.value)})", _ATOM
+    if isinstance(e, Neg):
+        return _unary("-", _texpr(e.value))
+    if isinstance(e, Not):
+        return _unary("!", _texpr(e.value))
+    if isinstance(e, Bin):
+        return _binary(e.op, _texpr(e.lhs), _texpr(e.rhs))
+    if isinstance(e, Select):
+        return _ternary(_texpr(e.cond), _texpr(e.then), _texpr(e.other))
+    raise TypeError(f"not a program expression: {e!r}")
+
+
+def expr_to_tc(e) -> str:
+    """TC text of a typed program expression."""
+    return _texpr(e)[0]
+
+
+def _shape(dtype, shape) -> str:
+    if not shape:
+        return dtype.name
+    return f"{dtype.name}({','.join(S.to_tc(d) for d in shape)})"
+
+
+def _decl(t: TensorInfo) -> str:
+    return f"{_shape(t.dtype, t.shape)} {t.name}"
+
+
+def _stmt_to_tc(p: Program, s: Stmt) -> str:
+    lhs = s.tensor if not s.indices else f"{s.tensor}({', '.join(s.indices)})"
+    op = "=" if s.op is None else s.op + "=" + ("!" if s.init else "")
+    try:
+        shape = p.tensor(s.tensor).shape
+    except KeyError:
+        shape = ()
+    shown = []
+    for r in s.ranges:
+        if r.var in s.indices and r.var not in s.reduction_vars:
+            d = s.indices.index(r.var)
+            if d < len(shape) and r.lo == S.const(0) and r.hi == shape[d]:
+                continue
+        shown.append(f"{r.var} in {S.to_tc(r.lo)}:{S.to_tc(r.hi)}")
+    where = f" where {', '.join(shown)}" if shown else ""
+    equivalent = f" <=> {s.equivalent}" if s.equivalent else ""
+    return f"{lhs} {op} {expr_to_tc(s.rhs)}{equivalent}{where}"
+
+
+def program_to_tc(p: Program) -> str:
+    """Canonical TC text of a checked program (temporaries listed in a comment)."""
+    ins = ", ".join(_decl(t) for t in p.inputs)
+    outs = ", ".join(_decl(t) for t in p.outputs)
+    lines = [f"def {p.name}({ins}) -> ({outs}) {{"]
+    if p.temporaries:
+        lines.append(f"    # temporaries: {', '.join(_decl(t) for t in p.temporaries)}")
+    lines.extend(f"    {_stmt_to_tc(p, s)}" for s in p.statements)
+    lines.append("}")
+    return "\n".join(lines)

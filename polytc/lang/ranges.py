@@ -15,7 +15,7 @@ from . import program as P
 from . import sizes as S
 
 
-def affine_of(e) -> "S.Lin | tuple | None":
+def affine_of(e) -> "S.SizeExpr | tuple | None":
     """``e`` as ``Lin`` over index and size names, ``("div", Lin, q)`` for ``Lin / q``
     with a positive constant ``q``, or ``None`` when it is neither."""
     if isinstance(e, P.Const) and not e.dtype.is_float and not isinstance(e.value, bool):
@@ -120,7 +120,7 @@ def infer(stmt_vars: list, explicit: dict, accesses: list, index_names: set,
                 form = affine_of(sub)
                 if isinstance(form, tuple):  # floor(lin / q) in [0, D)  <=>  lin in [0, qD)
                     form, extent = form[1], S.scale(extent, form[2])
-                if form is None:
+                if not isinstance(form, S.Lin):  # not affine
                     continue
                 unknown = [n for n, _ in form.terms if n in index_names and n not in known]
                 if len(unknown) != 1:

@@ -280,6 +280,7 @@ def _round_fraction(fr: Fraction, dt) -> float:
         key = (d, not even)
         if best is None or key < best[0]:
             best = (key, c)
+    assert best is not None  # r itself is finite
     return float(best[1])
 
 

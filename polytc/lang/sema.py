@@ -282,7 +282,7 @@ class FunctionChecker:
 
     def declare_shape(self, decl: A.TensorDecl, role):
         shape = []
-        for dim in decl.dims:
+        for dim in decl.dims or ():
             if isinstance(dim.value, int):
                 if dim.value < 0:
                     raise TCSemanticError("sizes cannot be negative", dim.span)

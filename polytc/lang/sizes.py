@@ -8,7 +8,7 @@ same expression in isl's syntax.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, TypeGuard, Union
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def name(n: str, coeff: int = 1) -> Lin:
     return Lin(((n, coeff),), 0) if coeff else const(0)
 
 
-def is_const(e: SizeExpr) -> bool:
+def is_const(e: SizeExpr) -> TypeGuard[Lin]:
     return isinstance(e, Lin) and not e.terms
 
 
@@ -144,7 +144,9 @@ def substitute(e: SizeExpr, env: dict) -> SizeExpr:
             out = add(out, scale(env[n], c) if n in env else name(n, c))
         return out
     a = [x if isinstance(x, int) else substitute(x, env) for x in e.args]
-    return {"min": smin, "max": smax, "floordiv": floordiv, "add": add, "mul": scale}[e.kind](*a)
+    ops: dict[str, Callable[..., SizeExpr]] = {"min": smin, "max": smax, "floordiv": floordiv,
+                                               "add": add, "mul": scale}
+    return ops[e.kind](*a)
 
 
 def _fmt(e: SizeExpr, isl: bool) -> str:

@@ -53,7 +53,7 @@ def dependence_rows(writes, raw, war, waw, schedule=None) -> list:
         sched = _padded(_reread(ctx, smap, isl.UnionMap))
     rows = []
     for kind, rel in zip(("flow", "anti", "output"), (raw, war, waw)):
-        maps = []
+        maps: list = []
         _reread(ctx, rel, isl.UnionMap).foreach_map(maps.append)
         for m in maps:
             src = m.get_tuple_name(isl.dim_type.in_) or "?"
@@ -129,7 +129,7 @@ def _reread(ctx, obj, cls):
 
 def _written_tensors(writes) -> dict:
     """Statement name -> the tensor it writes."""
-    out = {}
+    out: dict = {}
 
     def one(m):
         name = m.get_tuple_name(isl.dim_type.out)

@@ -1,4 +1,7 @@
-"""Fusion of outer loops, distribution of inner ones (``Options.fusion == "max"``).
+"""The fusion strategy: which of isl's schedules to take (``isl_schedule``, resolving
+``Options.fusion == "auto"``), and the ``fuse_outer`` pass.
+
+Fusion of outer loops, distribution of inner ones (``Options.fusion == "max"``):
 
 isl's whole-component scheduler fuses the outer parallel loop of a row-wise program
 (softmax, layernorm: every statement iterates over the rows ``n``) but then also fuses the
@@ -14,8 +17,51 @@ import islpy as isl
 
 from .. import config
 from ..lang import program as P
-from .schedule import has_contraction
+from .schedule import (Dependences, has_contraction, member_coefficients, program_order,
+                       reduction_members_serial, run_scheduler)
 from .scop import Scop
+
+
+def isl_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> tuple:
+    """``(schedule, strategy)``: isl's schedule and the strategy that made it, before
+    the ``fuse_outer`` and ``serial_reductions`` passes.  ``auto`` is ``preserve`` for
+    programs with a contraction (fusing the rows of two matmuls prevents tiling them),
+    else ``max`` unless that makes the outermost loop sequential (a reduction fused
+    outside: atax), then ``preserve``.  When isl runs out of budget, ``max`` falls back to
+    ``preserve`` and the others to program order (always legal; strategy ``program``)."""
+    if fusion == "auto":
+        if has_contraction(scop):
+            return isl_schedule(scop, deps, "preserve")
+        fused, used = isl_schedule(scop, deps, "max")
+        if used != "max":
+            return fused, used
+        outer = finish(fused, scop, deps, used).get_root().child(0)
+        if outer.get_type() == isl.schedule_node_type.band and \
+                outer.band_member_get_coincident(0):
+            return fused, used
+        return isl_schedule(scop, deps, "preserve")
+    schedule = run_scheduler(scop, deps, fusion)
+    if schedule is None:
+        if fusion == "max":
+            return isl_schedule(scop, deps, "preserve")
+        return program_order(scop), "program"
+    return schedule, fusion
+
+
+def finish(schedule: isl.Schedule, scop: Scop, deps: Dependences, strategy: str):
+    """What the pipeline's ``fuse_outer`` and ``serial_reductions`` passes make of
+    ``isl_schedule``'s result."""
+    if strategy == "program":
+        return schedule
+    if strategy == "max":
+        schedule = fuse_outer(schedule, scop, deps.scheduling_validity)
+    return reduction_members_serial(schedule, scop)
+
+
+def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> isl.Schedule:
+    """isl's schedule after the fusion passes (the start of a hand schedule)."""
+    schedule, strategy = isl_schedule(scop, deps, fusion)
+    return finish(schedule, scop, deps, strategy)
 
 
 def fuse_outer(schedule: isl.Schedule, scop: Scop, validity: isl.UnionMap) -> isl.Schedule:
@@ -47,10 +93,8 @@ def fuse_outer(schedule: isl.Schedule, scop: Scop, validity: isl.UnionMap) -> is
 def _clean_prefix(band) -> dict:
     """Statement -> indices of its variables run by the band's leading members that are
     plain, unshifted, coincident loops over one variable of every statement."""
-    from .schedule import member_coefficients
-
     coeffs = member_coefficients(band)
-    out = {name: [] for name in coeffs}
+    out: dict = {name: [] for name in coeffs}
     for m in range(band.band_n_member()):
         if not band.band_member_get_coincident(m):
             break
@@ -69,8 +113,6 @@ def _shifted_below(band, k) -> bool:
     """Whether isl shifted or reversed statements against each other below the first
     ``k`` members of ``band`` (a member that is not just one index, or zero, of every
     statement), in this band or any band under it."""
-    from .schedule import member_coefficients
-
     def bad(node, first):
         if node.get_type() == isl.schedule_node_type.band:
             for members in member_coefficients(node).values():

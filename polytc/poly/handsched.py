@@ -11,17 +11,17 @@ step that runs a dependence backwards, or marks parallel a loop that carries one
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import islpy as isl
 
 from ..diagnostics import ScheduleError
-from ..tiling import transform as T
+from . import transform as T
 from . import legality as L
-from .schedule import Dependences, compute_schedule, insert_mark
+from .fusion import compute_schedule
+from .schedule import Dependences, insert_mark
 from .scop import Scop
 
-#: step name -> number of arguments after the band number (``from`` takes no band)
-STEPS = {"tile": 1, "interchange": 2, "split": 1, "fuse": 1, "distribute": 0,
-         "parallel": 1, "vectorize": 0, "unroll": 1}
 #: most iterations ``unroll`` copies
 MAX_UNROLL = 256
 
@@ -269,6 +269,7 @@ def _descendants(node):
     return out
 
 
-_STEPS = {"tile": _tile, "interchange": _interchange, "split": _split, "fuse": _fuse,
-          "distribute": _distribute, "parallel": _parallel, "vectorize": _vectorize,
-          "unroll": _unroll}
+_STEPS: dict[str, Callable[..., isl.ScheduleNode]] = {
+    "tile": _tile, "interchange": _interchange, "split": _split, "fuse": _fuse,
+    "distribute": _distribute, "parallel": _parallel, "vectorize": _vectorize,
+    "unroll": _unroll}

@@ -85,7 +85,7 @@ def _example(scop: Scop, kind: str, pairs: isl.Map) -> Dependence:
 
 
 def _maps(umap: isl.UnionMap) -> list:
-    out = []
+    out: list = []
     umap.foreach_map(out.append)
     return out
 

@@ -22,32 +22,28 @@ STARTS = ("isl", "program")
 
 
 class Schedule:
-    """An immutable recipe (start + steps) for one program, replayed for ``env``."""
+    """An immutable recipe (start + steps) for one program, replayed for the sizes of
+    ``base``: the pipeline's build of the program through its ``dependences`` pass."""
 
-    def __init__(self, program, env: dict, steps: tuple):
-        self.program, self.env, self.steps = program, dict(env), tuple(steps)
-        self._state = None
+    def __init__(self, base, steps: tuple):
+        self.base, self.steps = base, tuple(steps)
+        self.program, self.env = base.program, dict(base.env)
+        self._tree: isl.Schedule | None = None
 
     @classmethod
-    def start(cls, program, env, start: str = "isl", fusion: str = "auto") -> "Schedule":
+    def start(cls, base, start: str = "isl", fusion: str = "auto") -> "Schedule":
         if start not in STARTS:
             raise ScheduleError(f"unknown start {start!r}", hint=f"choose {' or '.join(STARTS)}")
         first = ("from", "isl", fusion) if start == "isl" else ("from", "program")
-        s = cls(program, env, (first,))
+        s = cls(base, (first,))
         s._build()
         return s
 
     # --- the isl objects, built once -----------------------------------------------------
     def _build(self):
-        if self._state is None:
-            from ..options import Options
-            from ..runtime import pipeline as PL
-
-            b = PL.Build(self.program, self.env, Options())
-            for p in (PL.p_source, PL.p_scop, PL.p_dependences):
-                b = p(b)
-            self._state = (b.scop, b.deps, H.replay(b.scop, b.deps, self.steps))
-        return self._state
+        if self._tree is None:
+            self._tree = H.replay(self.base.scop, self.base.deps, self.steps)
+        return self.base.scop, self.base.deps, self._tree
 
     @property
     def isl(self) -> isl.Schedule:
@@ -57,8 +53,8 @@ class Schedule:
     @user_boundary
     def _then(self, *step) -> "Schedule":
         scop, deps, tree = self._build()
-        new = Schedule(self.program, self.env, self.steps + (step,))
-        new._state = (scop, deps, H.apply(tree, step, scop, deps))
+        new = Schedule(self.base, self.steps + (step,))
+        new._tree = H.apply(tree, step, scop, deps)
         return new
 
     # --- the transformations -----------------------------------------------------------
@@ -98,7 +94,7 @@ class Schedule:
         """This schedule without its last step."""
         if len(self.steps) < 2:
             raise ScheduleError("nothing to undo: this is the starting schedule")
-        return Schedule(self.program, self.env, self.steps[:-1])
+        return Schedule(self.base, self.steps[:-1])
 
     # --- what it looks like -------------------------------------------------------------
     @property
@@ -188,7 +184,7 @@ def _stmt_text(scop, name) -> str:
     lhs = f"{st.tensor}({', '.join(st.indices)})"
     if s.kind == "init":
         return f"{lhs} = init"
-    from ..lang.printer import expr_to_tc
+    from ..lang.program import expr_to_tc
 
     op = "=" if st.op is None else f"{st.op}="
     text = f"{lhs} {op} {expr_to_tc(st.rhs)}"
@@ -205,7 +201,7 @@ def member_exprs(node, scop) -> list:
     """For each member of a band: statement name -> its affine expression written with
     the statement's index names (``m``, ``n + 1``, ``32*floor(m/32)``)."""
     by_name = {s.name: s for s in scop.stmts}
-    out = [dict() for _ in range(node.band_n_member())]
+    out: list = [dict() for _ in range(node.band_n_member())]
     mupa = node.band_get_partial_schedule()
     for m in range(node.band_n_member()):
         def piece(pa, m=m):

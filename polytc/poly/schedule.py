@@ -16,18 +16,25 @@ class Dependences:
     war: isl.UnionMap  # anti: read -> write
     waw: isl.UnionMap  # output: write -> write
     #: validity with the self-dependences of reductions relaxed (see ``relax``)
-    relaxed: isl.UnionMap = None
+    relaxed: isl.UnionMap | None = None
     #: tensor elements read before any statement writes them
-    live_in: isl.UnionSet = None
+    live_in: isl.UnionSet | None = None
 
     def reads_before_write(self, tensor: str) -> bool:
-        names = []
+        names: list = []
+        if self.live_in is None:  # not computed: every tensor may be read first
+            return True
         self.live_in.foreach_set(lambda s: names.append(s.get_tuple_name()))
         return tensor in names
 
     @property
     def validity(self) -> isl.UnionMap:
         return self.raw.union(self.war).union(self.waw)
+
+    @property
+    def scheduling_validity(self) -> isl.UnionMap:
+        """What the scheduler must respect: ``relaxed`` where reductions may reorder."""
+        return self.relaxed if self.relaxed is not None else self.validity
 
     def __str__(self):
         out = f"RAW: {self.raw}\nWAR: {self.war}\nWAW: {self.waw}"
@@ -43,7 +50,8 @@ def original_schedule(scop: Scop) -> isl.UnionMap:
     for pos, s in enumerate(scop.stmts):
         xs = [f"x{n}" for n in range(len(s.vars))]
         dims = [str(pos)] + xs + ["0"] * (depth - len(xs))
-        m = isl.Map.read_from_str(scop.ctx, f"{{ {s.name}[{', '.join(xs)}] -> [{', '.join(dims)}] }}")
+        text = f"{{ {s.name}[{', '.join(xs)}] -> [{', '.join(dims)}] }}"
+        m = isl.Map.read_from_str(scop.ctx, text)
         out = out.union(isl.UnionMap.from_map(m.intersect_domain(s.domain)))
     return out
 
@@ -193,22 +201,12 @@ def _within_deadline(ctx, sc, fusion):
     return isl.Schedule.read_from_str(ctx, text[3:])
 
 
-def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> isl.Schedule:
-    """isl's schedule, or program order (always legal) if isl runs out of budget.
-    ``auto`` is ``preserve`` for programs with a contraction (fusing the rows of two
-    matmuls prevents tiling them), else ``max`` unless that makes the outermost loop
-    sequential (a reduction fused outside: atax), then ``preserve``."""
-    if fusion == "auto":
-        if has_contraction(scop):
-            return compute_schedule(scop, deps, "preserve")
-        fused = compute_schedule(scop, deps, "max")
-        outer = fused.get_root().child(0)
-        if outer.get_type() == isl.schedule_node_type.band and \
-                outer.band_member_get_coincident(0):
-            return fused
-        return compute_schedule(scop, deps, "preserve")
+def run_scheduler(scop: Scop, deps: Dependences, fusion: str) -> isl.Schedule | None:
+    """isl's schedule for one fusion strategy (``max``, ``preserve``, ``min``; see
+    ``configure``), or None when isl runs out of budget (``MAX_OPERATIONS``, ``DEADLINE``).
+    ``poly.fusion.isl_schedule`` resolves ``auto`` and falls back."""
     configure(scop.ctx, fusion)
-    validity = deps.relaxed if deps.relaxed is not None else deps.validity
+    validity = deps.scheduling_validity
     proximity = deps.raw.union(deps.waw)
     if deps.relaxed is not None:  # no pull towards skewing reductions
         proximity = proximity.intersect(deps.relaxed)
@@ -226,15 +224,7 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") ->
 
         config.log(1, f"isl scheduler gave up ({e}); using program order")
     scop.ctx.set_max_operations(0)
-    if schedule is None and fusion == "max":
-        return compute_schedule(scop, deps, "preserve")
-    if schedule is None:
-        return program_order(scop)
-    if fusion == "max":
-        from .fusion import fuse_outer
-
-        schedule = fuse_outer(schedule, scop, validity)
-    return reduction_members_serial(schedule, scop)
+    return schedule
 
 
 def member_coefficients(node) -> dict:
@@ -247,8 +237,8 @@ def member_coefficients(node) -> dict:
         pma = isl.PwMultiAff.from_map(m)
         members = []
         for k in range(m.dim(isl.dim_type.out)):
-            pieces = []
-            pma.get_pw_aff(k).foreach_piece(lambda _s, a: pieces.append(a))
+            pieces: list = []
+            pma.get_pw_aff(k).foreach_piece(lambda _s, a, pieces=pieces: pieces.append(a))
             if len(pieces) != 1:
                 members.append(None)
                 continue

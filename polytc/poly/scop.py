@@ -11,6 +11,7 @@ program is rejected with the first out-of-bounds point.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import islpy as isl
 
@@ -30,16 +31,16 @@ class ScopStmt:
     stmt: P.Stmt
     index: int  # position of stmt in program.statements
     vars: tuple  # index variable names, in isl dimension order
-    domain: isl.Set = None
-    reads: isl.UnionMap = None
-    writes: isl.UnionMap = None
+    domain: isl.Set | None = None
+    reads: isl.UnionMap | None = None
+    writes: isl.UnionMap | None = None
     guarded: frozenset = field(default_factory=frozenset)  # ids of Reads needing checks
 
 
 class Scop:
     """Domains, accesses and (after ``deps``) dependences of one specialised program."""
 
-    def __init__(self, program: P.Program, env: dict, ctx: isl.Context):
+    def __init__(self, program: P.Program, env: Mapping, ctx: isl.Context):
         self.program = program
         self.env = env
         self.ctx = ctx

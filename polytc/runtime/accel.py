@@ -1,59 +1,20 @@
-"""What the accelerator runtimes (``opencl.py``, ``cuda.py``) share: building through the
-pipeline and the disk cache, the compiled form's introspection, and one call.
+"""What the accelerator runtimes (``opencl.py``, ``cuda.py``) share: the compiled form
+of a program for one set of sizes, and one call.
 
-A backend module provides ``device()`` (a ``tiling.gpu.Device``), ``device_key()``,
+A runtime module provides ``device()`` (a ``tiling.gpu.Device``), ``device_key()``,
 ``compile_check(source)`` (raises ``CompilationError``) and a ``Compiled`` subclass of
 ``AcceleratorKernel`` with the device operations (``upload``, ``empty``, ``fill``,
-``launch``, ``download``, ``is_device_array``).
+``launch``, ``download``, ``is_device_array``); ``backends/opencl.py`` and
+``backends/cuda.py`` plug them into the pipeline and the disk cache.
 """
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 
-from .. import config
-from ..display import wrap
-from ..diagnostics import KernelRuntimeError, PolytcError
-from .cache import DiskCache
-from .kernel import Specialised
-
-
-def build(program, env, options, target: str, backend):
-    """Run the pipeline for ``target``; returns ``(build, meta)``."""
-    from ..tiling.gpu import Launch
-    from . import pipeline
-    from .kernel import _PIPELINE_LOCK
-
-    with _PIPELINE_LOCK:
-        b = pipeline.run(program, env, options, target, backend.device())
-    t0 = time.perf_counter()
-    backend.compile_check(b.code)
-    b.timings["device_compile"] = time.perf_counter() - t0
-    sites = [f"{span.location()}: {what} ({program.name}, sizes {env})\n{span.quote()}"
-             if span is not None else what for span, what in b.sites]
-    meta = {"stages": b.stages, "sites": sites, "timings": b.timings,
-            "launches": [Launch.to_json(l) for l in b.launches],
-            "temp_fill": [b.fills.get(t.name) for t in program.temporaries],
-            "out_fill": [b.fills.get(t.name) for t in program.outputs],
-            "out_shapes": [t.extents(env) for t in program.outputs],
-            "options": json.loads(options.to_json())}
-    return b, meta
-
-
-def load_or_build(program, env, options, key, target, backend):
-    made = []
-
-    def make():
-        b, meta = build(program, env, options, target, backend)
-        made.append(b)
-        config.log(1, f"compiled {program.name} {env} for {target} in "
-                      f"{sum(meta['timings'].values()) * 1e3:.0f} ms")
-        return {"kernel.src": b.code.encode()}, meta
-
-    entry, _ = DiskCache().get_or_build(key, make)
-    return backend.Compiled(program, env, options, entry["meta"], made[0] if made else None)
+from ..diagnostics import PolytcError
+from .compiled import Specialised
 
 
 class AcceleratorKernel(Specialised):
@@ -63,29 +24,13 @@ class AcceleratorKernel(Specialised):
     target = "?"
 
     def __init__(self, program, env, options, meta, build=None):
-        self.program, self.env, self.options = program, env, options
-        self.stages: dict = wrap(meta["stages"])  # text that shows as HTML
-        self.sites: list = meta["sites"]
-        self.timings: dict = meta.get("timings", {})
+        self._common(program, env, options, meta, build)
         self.launches = meta["launches"]
-        self.out_shapes = [tuple(s) for s in meta["out_shapes"]]
-        self.out_dtypes = [t.dtype.np_dtype for t in program.outputs]
-        #: per output and temporary, what every element holds before the kernel runs
-        #: (None: anything; see ``pipeline.p_initial_values``)
-        self.out_fill = meta["out_fill"]
+        #: per temporary, what every element holds before the kernel runs (None: anything)
         self.temps = [(t.extents(env), t.dtype.np_dtype, f)
                       for t, f in zip(program.temporaries, meta["temp_fill"])]
-        self._build = build
         self._scratch: list = []
         self.load(self.stages[self.target])
-
-    @property
-    def code(self) -> str:
-        return self.stages[self.target]
-
-    @property
-    def schedule(self) -> str:
-        return self.stages["schedule"]
 
     # --- one call ------------------------------------------------------------------
     def run(self, inputs, outs: list | None = None):
@@ -141,11 +86,6 @@ class AcceleratorKernel(Specialised):
     def library(self, inputs) -> str:
         """Which array library device outputs should belong to ("" for the runtime's)."""
         return ""
-
-    def _fail(self, rc):
-        if rc < 0 or rc > len(self.sites):
-            raise PolytcError(f"{self.program.name}: the kernel failed (code {rc})")
-        raise KernelRuntimeError(self.sites[rc - 1])
 
     def benchmark(self, *args, repeat: int = 20, warmup: int = 2) -> dict:
         """Median and minimum seconds of the kernel launches alone (data on the device)."""

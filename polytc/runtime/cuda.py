@@ -80,7 +80,7 @@ def device_key() -> dict:
 def ptx(source: str) -> str:
     """PTX for this GPU, from the disk cache when it was compiled before."""
     from ..codegen_cuda import compile_ptx, nvcc_command
-    from .cache import DiskCache, cache_key
+    from ..cache import DiskCache, cache_key
 
     arch = _arch()
     key = cache_key(kind="ptx", source=source, arch=arch, nvcc=nvcc_command())

@@ -7,7 +7,7 @@ for an accelerator target the target and its device (``device_key()`` of its run
 and polytc's own source (as every cache key does, so a changed compiler re-tunes).  The
 file holds the options and a record of the search (times, candidates, seed, budget).
 
-:class:`~polytc.runtime.kernel.Kernel` objects created without explicit options consult
+:class:`~polytc.kernel.Kernel` objects created without explicit options consult
 :func:`lookup` when they compile for new sizes and use the tuned options if there are
 any; kernels given options (``polytc.tc(..., options=...)``, ``with_options``) never do.
 ``POLYTC_NO_TUNING_CACHE=1`` switches the lookup off (``autotune`` still stores).
@@ -26,9 +26,10 @@ import tempfile
 import threading
 import time
 
-from .. import config
+from .. import backends, config
 from ..options import Options
-from .cache import DiskCache, cache_key
+from ..tiling.machine import host
+from ..cache import DiskCache, cache_key
 
 __all__ = ["tuning_dir", "tuning_key", "lookup", "get", "store", "remove", "clear_memo"]
 
@@ -56,20 +57,15 @@ def _dtypes(program) -> list:
 
 def _target_parts(target: str) -> dict:
     """What keys an accelerator target's entries: the target and its device (options
-    tuned for one device are not the best on another).  Nothing for ``c``, whose keys are
-    those of the tuning cache before it had targets."""
-    if target == "c":
-        return {}
-    from .targets import backend
-
-    return {"target": target, "device": backend(target).device_key()}
+    tuned for one device are not the best on another).  Nothing for the host target,
+    whose keys are those of the tuning cache before it had targets."""
+    facts = backends.get(target).cache_facts()
+    return {"target": target, **facts} if facts else {}
 
 
 def tuning_key(program, env: dict, target: str = "c") -> str:
     """The cache key of ``program`` (a ``Program`` or its canonical text) at sizes
     ``env`` on this machine, for ``target`` (and its device)."""
-    from ..tiling.machine import host
-
     return cache_key(tuning=FORMAT_VERSION, program=_text(program),
                      sizes={str(k): int(v) for k, v in env.items()},
                      dtypes=_dtypes(program), machine=host().key(),

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from . import transform as T
+from ..poly import transform as T
+from .promote import promote
 
 _BAND = isl.schedule_node_type.band
 _MARK = isl.schedule_node_type.mark
@@ -237,8 +238,6 @@ class ThreadMapper(_Mapper):
                                                      "reduction_tile": sizes[m:]}))
         node = self.inner(node)
         if self.options.shared_memory:
-            from .promote import promote
-
             node = promote(node.parent(), self.scop, launch, self.device,
                            self.written(node)).child(0)
         while node.get_tree_depth() > depth:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import islpy as isl
 
 from ..lang import program as P
-from .gpu import map_mark
 
 
 def _guarded(sst, tensor) -> bool:
@@ -114,7 +113,7 @@ def promote(node, scop, launch, device, written: set):
     graft = isl.ScheduleNode.from_extension(ext).child(0)
     if len(chosen) > 1:
         graft = graft.insert_sequence(filters)
-    for i, (t, sizes, fp) in enumerate(chosen):
+    for i, (t, sizes, _fp) in enumerate(chosen):
         g = graft.child(i).child(0) if len(chosen) > 1 else graft
         r = len(sizes)
         names_ = ", ".join(f"a{d}" for d in range(r))

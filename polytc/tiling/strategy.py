@@ -23,7 +23,8 @@ import islpy as isl
 from ..lang import program as P
 from ..lang import sizes as S
 from ..lang.ranges import Interval
-from . import transform as T
+from ..poly import transform as T
+from .decisions import Decision
 from .machine import Machine
 
 
@@ -67,7 +68,7 @@ class Tiler:
     def __init__(self, scop, options, machine: Machine):
         self.scop, self.options, self.machine = scop, options, machine
         self.by_name = {s.name: s for s in scop.stmts}
-        self.report: list = []  # what was done, for explain() and tests
+        self.report: list = []  # Decisions: what was done, for explain() and tests
 
     # --- facts about statements ------------------------------------------------------
     def extent(self, sst, d) -> int:
@@ -119,7 +120,8 @@ class Tiler:
             if groups:
                 for g in groups[:-1]:
                     node = node.order_before(self.filter_of(g))
-                self.report.append(("split", [[s.name for s in g] for g in groups]))
+                self.report.append(Decision("split", [s.name for g in groups for s in g],
+                                            {"groups": [[s.name for s in g] for g in groups]}))
                 return node.root()
         for i in range(node.n_children()):
             found = self.find_split(node.child(i))
@@ -254,8 +256,8 @@ class Tiler:
         elif outer:
             inner = inner.band_split(len(outer)).child(0)
         inner = T.mark(inner, "simd")
-        self.report.append(("contraction", sst.name, {"order": order, "cache": cache,
-                                                     "register": reg}))
+        self.report.append(Decision("contraction", [sst.name], {"order": order, "cache": cache,
+                                                               "register": reg}))
         return inner
 
     # --- innermost loops -------------------------------------------------------------
@@ -267,7 +269,7 @@ class Tiler:
             if all(mv[s.name][last] is not None and mv[s.name][last] == self.target_var(s)
                    for s in ssts if s.stmt.indices):
                 node = node.band_split(last).child(0) if n > 1 else node
-                self.report.append(("simd", [s.name for s in ssts]))
+                self.report.append(Decision("simd", [s.name for s in ssts]))
                 return T.mark(node, "simd")
             return node
         if len(ssts) == 1 and bodies and bodies[0].stmt.op is not None:
@@ -275,7 +277,7 @@ class Tiler:
             v = mv[s.name][last]
             if v is not None and s.vars[v] in s.stmt.reduction_vars:
                 node = node.band_split(last).child(0) if n > 1 else node
-                self.report.append(("promote", s.name))
+                self.report.append(Decision("promote", [s.name]))
                 return T.mark(node, "promote")
         return node
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from . import literal, op, tc_type
+from .registry import literal, op, tc_type
 
 # --- unary math: x -> TC text, for float inputs -----------------------------------------
 _FLOAT_UNARY = {

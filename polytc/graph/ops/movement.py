@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import idx, literal, op
+from .registry import idx, literal, op
 
 _MAX_TERNARY = 8  # Concat of more inputs: one statement per input instead of one ?: chain
 
@@ -365,7 +365,7 @@ def _gather_elements(ctx):
 def _expand(ctx):
     x = ctx.input(0)
     shape = _ints(ctx.const_input(1))
-    from . import broadcast_shapes
+    from .registry import broadcast_shapes
     out = broadcast_shapes(ctx.node, x.shape, tuple(shape))
     if out == x.shape:
         ctx.view(0, x, out)

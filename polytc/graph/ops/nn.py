@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import broadcast_shapes, equal, idx, literal, op
+from .registry import broadcast_shapes, equal, idx, literal, op
 
 
 def _float_only(ctx, *refs):
@@ -479,4 +479,3 @@ def _end_pad(ctx, d, nd, n, geo):
     return pads[nd + d]
 
 
-from . import reduce  # noqa: E402,F401  (registers the reductions and normalisations)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import equal, idx, literal, op, tc_type
+from .registry import equal, idx, literal, op, tc_type
 
 
 def _axis(ctx, a, rank):

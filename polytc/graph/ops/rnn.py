@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import literal, op
+from .registry import literal, op
 
 # index names: none is a tensor name (v<k>, t<k>), a builtin (j0, y1) or a size
 _T, _D, _B, _H, _G, _K = "st", "dr", "bt", "hd", "gt", "rk"
@@ -296,7 +296,7 @@ def _lstm(ctx):
     m.project()
     m.y()
     cells = {}  # direction -> the temp of the latest cell state
-    for d, s, t, prev in m.steps():
+    for d, _s, t, prev in m.steps():
         g = m.recurrent(d, prev, 4 * H)
         if prev is not None:
             c_prev = cells[d](_B, _H)
@@ -305,7 +305,8 @@ def _lstm(ctx):
         else:
             c_prev = None
 
-        def gate(k, pk=None, c=c_prev):  # ONNX order i, o, f, c; peepholes i, o, f
+        # gates in ONNX order i, o, f, c; peepholes i, o, f
+        def gate(k, pk=None, c=c_prev, d=d, t=t, g=g):
             text = m.pre(d, t, k, g)
             if peep is not None and pk is not None and c is not None:
                 text = f"({text} + {peep(d, _plus(_H, pk * H))} * {c})"
@@ -331,7 +332,7 @@ def _gru(ctx):
     lbr = bool(ctx.attr("linear_before_reset", 0))
     m.project()
     m.y()
-    for d, s, t, prev in m.steps():
+    for d, _s, t, prev in m.steps():
         g = m.recurrent(d, prev, 3 * H if lbr else 2 * H)
         hp = m.h_prev(d, prev)
         z = m.act(d, 0, m.pre(d, t, 0, g))
@@ -371,7 +372,7 @@ def _rnn(ctx):
     m = _Rnn(ctx, "RNN")
     m.project()
     m.y()
-    for d, s, t, prev in m.steps():
+    for d, _s, t, prev in m.steps():
         g = m.recurrent(d, prev, m.H)
         m.write_y(t, d, m.act(d, 0, m.pre(d, t, 0, g)), m.h_prev(d, prev))
     m.finish()

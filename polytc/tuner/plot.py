@@ -16,6 +16,8 @@ import math
 import sys
 import time
 
+from .units import fmt_seconds, time_unit
+
 
 def in_notebook() -> bool:
     """Whether this runs in an IPython kernel (Jupyter), where rich outputs show."""
@@ -51,11 +53,9 @@ class TunePlot:
         return min((t for _, _, t in self.records), default=math.inf)
 
     def _summary(self) -> str:
-        from .autotune import _fmt
-
         failed = sum(1 for *_, t in self.records if not math.isfinite(t))
         gen = self.records[-1][1] if self.records else 0
-        return f"best {_fmt(self.best)}, gen {gen}, failed {failed}"
+        return f"best {fmt_seconds(self.best)}, gen {gen}, failed {failed}"
 
     def __call__(self, rec) -> None:
         t = rec.get("time")
@@ -75,7 +75,7 @@ class TunePlot:
         ax = fig.add_subplot()
         ok = [(n, t) for n, _, t in self.records if math.isfinite(t)]
         bad = [n for n, _, t in self.records if not math.isfinite(t)]
-        unit, scale = _unit(max((t for _, t in ok), default=1.0))
+        unit, scale = time_unit(max((t for _, t in ok), default=1.0))
         if ok:
             ax.scatter([n for n, _ in ok], [t * scale for _, t in ok], s=14,
                        color="#607d8b", label="candidate")
@@ -126,9 +126,3 @@ class TunePlot:
         elif self.live and self.records and self._drawn != len(self.records):
             self._show()
 
-
-def _unit(t: float):
-    for unit, scale in (("s", 1.0), ("ms", 1e3), ("us", 1e6)):
-        if t >= 1 / scale:
-            return unit, scale
-    return "ns", 1e9

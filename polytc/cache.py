@@ -36,8 +36,8 @@ import threading
 
 import filelock
 
-from .. import config
-from ..diagnostics import InternalError
+from . import config
+from .diagnostics import InternalError
 
 __all__ = ["cache_key", "polytc_fingerprint", "DiskCache", "LOCK_TIMEOUT_S"]
 
@@ -74,7 +74,7 @@ def polytc_fingerprint() -> str:
         return _fingerprint
     with _fingerprint_lock:
         if _fingerprint is None:
-            pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            pkg_root = os.path.dirname(os.path.abspath(__file__))
             files = []
             for dirpath, dirnames, filenames in os.walk(pkg_root):
                 dirnames[:] = [d for d in dirnames
@@ -280,7 +280,8 @@ class DiskCache:
         try:
             _canonical_json(meta)
         except (TypeError, ValueError) as e:
-            raise InternalError(f"cache meta is not JSON: {e}", hint="this is a polytc bug")
+            raise InternalError(f"cache meta is not JSON: {e}",
+                                hint="this is a polytc bug") from None
         root = self._writable_root()
         try:
             return self._put_in(root, key, files, meta)
@@ -355,6 +356,24 @@ class DiskCache:
         finally:
             if locked:
                 lock.release()
+
+    def clear(self) -> int:
+        """Remove every entry (compiled kernels, PTX); the tuning cache and the lock files
+        stay.  Returns how many entries were removed.  An entry another process is using
+        stays usable there (a loaded shared object survives its file's removal)."""
+        removed = 0
+        for root in self._roots():
+            try:
+                shards = os.listdir(root)
+            except OSError:
+                continue
+            for shard in shards:
+                if len(shard) != 2 or not all(c in "0123456789abcdef" for c in shard):
+                    continue  # tuning/, locks/
+                d = os.path.join(root, shard)
+                removed += len(os.listdir(d))
+                shutil.rmtree(d, ignore_errors=True)
+        return removed
 
     def lock(self, key: str) -> filelock.FileLock:
         """An inter-process lock for building ``key`` (``with cache.lock(key): ...``)."""

@@ -24,17 +24,22 @@ import time
 import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import config
-from ..diagnostics import CompilationError, InternalError, ModelError, PolytcError
-from ..graph.bind import bind
-from ..graph.group import Group, View, form_groups
-from .memory import aligned_copy, aligned_empty
+from .. import backends, config
+from ..diagnostics import CompilationError, InternalError, ModelError, PolytcError, Source
+from ..kernel import Kernel
+from ..lang.inline import inline_temporaries
+from ..lang.parser import parse
+from ..lang.sema import check
+from ..runtime.memory import aligned_copy, aligned_empty
+from .bind import bind
+from .group import Group, View, form_groups
 
 
 class Plan:
     def __init__(self, graph, shapes: dict, options, fuse: bool = True, target: str = "c"):
         t0 = time.perf_counter()
         self.target = target
+        backend = backends.get(target)
         self.bound = bind(graph, shapes)
         self.steps = form_groups(self.bound, fuse)
         self.outputs = graph.outputs
@@ -55,7 +60,7 @@ class Plan:
         #: (any one will do: they share the device); None on the C target, or when no
         #: group was compiled (then only views run, on host arrays)
         self.device = None
-        if target != "c" and self.kernels:
+        if backend.device_arrays and self.kernels:
             self.device = next(iter(self.kernels.values()))
         self._plan_memory()
         if self.device is not None:  # the constants the steps read, uploaded once
@@ -66,12 +71,6 @@ class Plan:
         self._lock = threading.Lock()
 
     def _compile(self, group: Group, options):
-        from ..diagnostics import Source
-        from ..lang.inline import inline_temporaries
-        from ..lang.parser import parse
-        from ..lang.sema import check
-        from .kernel import Kernel
-
         text = group.text(self.bound.refs)
         self.texts[group.name] = text
         try:
@@ -89,7 +88,7 @@ class Plan:
             return kernel._specialize(args)  # shapes only: no copies
         except CompilationError as e:
             # a missing device compiler (nvcc) is the machine's, not a polytc bug
-            if self.target != "c" and "bug" not in (e.hint or ""):
+            if not backends.get(self.target).host and "bug" not in (e.hint or ""):
                 raise
             return self._failed(group, text, e)
         except PolytcError as e:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import islpy as isl
 
+from .schedule import insert_mark, member_coefficients
+
 
 def mark(node, kind: str):
     """A mark above the band ``node`` (see ``poly.schedule.insert_mark``); returns the
     band below the mark."""
-    from ..poly.schedule import insert_mark
-
     return insert_mark(node, kind)
 
 
@@ -69,8 +69,6 @@ def permute(node, order):
 def member_vars(node) -> dict:
     """Statement name -> for each band member, the index (position in the statement's
     tuple) it schedules, when the member is exactly that one index, else None."""
-    from ..poly.schedule import member_coefficients
-
     out = {}
     for name, members in member_coefficients(node).items():
         found = []

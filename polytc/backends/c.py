@@ -1,0 +1,60 @@
+"""The C target: C with OpenMP and SIMD pragmas (``codegen_c``), compiled by gcc into a
+shared object and called through cffi (``runtime/native.py``)."""
+from __future__ import annotations
+
+from .. import config
+from ..codegen_c.compiler import build_shared_object
+from ..codegen_c.emit import CEmitter
+from ..compiler.passes import statement_points
+from ..lang import program as P
+from ..runtime.compiled import build_meta
+from ..runtime.native import CompiledKernel
+from .base import Backend
+
+FUNCTION_NAME = "polytc_kernel"
+
+
+class C(Backend):
+    name = "c"
+    host = True
+    compiler = "gcc"
+
+    def generate(self, b):
+        em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize)
+        code = em.function(b.ast, FUNCTION_NAME, b.fills)
+        if not b.options.fp_contract:
+            code = '#pragma GCC optimize ("fp-contract=off")\n' + code
+        return b.stage("c", code, code=code, sites=tuple(em.sites))
+
+    def compile(self, b):
+        so = build_shared_object(b.code, {"name": b.program.name})
+        with open(so, "rb") as f:
+            files = {"kernel.so": f.read()}
+        return files, build_meta(b, align_inputs=align_inputs(b))
+
+    def load(self, program, env, options, entry, build=None):
+        return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so",
+                              entry["meta"], build)
+
+
+def align_inputs(b) -> list:
+    """Inputs of a register-tiled contraction whose every element is reused at least 16
+    times: only then does an aligned copy pay for itself (a matrix-vector product reads
+    each element once, and the copy would cost as much as the kernel)."""
+    out = set()
+    for d in b.tiling:
+        if d.kind != "contraction":
+            continue
+        sst = next(s for s in b.scop.stmts if s.name == d.statements[0])
+        points = statement_points(sst, b.env)
+        for e in P.reads(sst.stmt.rhs):
+            if len(e.indices) >= 2:
+                size = 1
+                for n in b.scop.shapes[e.tensor]:
+                    size *= n
+                if points >= 16 * size:
+                    out.add(e.tensor)
+    return [i for i, t in enumerate(b.program.inputs) if t.name in out]
+
+
+BACKEND = C()

@@ -1,0 +1,138 @@
+"""The passes of the pipeline, each a function ``Build -> Build`` (see ``pipeline.py``
+for their order and when each applies)."""
+from __future__ import annotations
+
+import islpy as isl
+
+from ..diagnostics import UnsupportedError
+from ..lang import program as P
+from ..lang import sizes as S
+from ..lang.ranges import Interval
+from ..poly import fusion as F
+from ..poly import schedule as sched
+from ..poly.handsched import replay
+from ..poly.scop import Scop
+from ..tiling.gpu import map_schedule, strategy
+from ..tiling.machine import host
+from ..tiling.strategy import tile_schedule
+from .build import Build
+
+
+def p_source(b: Build) -> Build:
+    return b.stage("tc", str(b.program))
+
+
+def p_scop(b: Build) -> Build:
+    ctx = isl.Context()
+    scop = Scop(b.program, b.env, ctx)
+    return b.stage("scop", str(scop), ctx=ctx, scop=scop)
+
+
+def p_dependences(b: Build) -> Build:
+    deps = sched.dependences(b.scop)
+    return b.stage("dependences", str(deps), deps=deps)
+
+
+def p_initial_values(b: Build) -> Build:
+    """The outputs and temporaries whose initial contents matter, and what they are: an
+    output some element of which no statement writes, or any tensor some element of
+    which is read before a statement writes it (``O(i) += A(i,j)``)."""
+    prog, fills = b.program, {}
+    for t in prog.outputs + prog.temporaries:
+        if b.deps.reads_before_write(t.name) or (
+                t.role == "output" and not b.scop.fully_written(t.name)):
+            fills[t.name] = P.initial_value(prog, t.name)
+    text = "\n".join(f"{k} = {v}" for k, v in fills.items()) or \
+        "(none: the statements write every element before reading it)"
+    return b.stage("initial_values", text, fills=fills)
+
+
+def p_schedule(b: Build) -> Build:
+    """isl's schedule for the fusion strategy of the options (``auto`` resolved), or a
+    hand schedule (``polytc.Schedule``), replayed and checked."""
+    if b.options.schedule:
+        if b.backend.grid:
+            raise UnsupportedError(f"hand schedules compile for the C target, not "
+                                   f"'{b.target}'", hint="use kernel.to('c')")
+        s = replay(b.scop, b.deps, b.options.schedule)
+        return b.but(schedule=s, isl_schedule=s, fusion="hand")
+    s, fusion = F.isl_schedule(b.scop, b.deps, b.options.fusion)
+    return b.but(schedule=s, isl_schedule=s, fusion=fusion)
+
+
+def p_fuse_outer(b: Build) -> Build:
+    """Fuse the outer loops of statement groups isl left apart (``fusion="max"``)."""
+    assert b.schedule is not None  # the pass applies after isl's schedule only
+    s = F.fuse_outer(b.schedule, b.scop, b.deps.scheduling_validity)
+    return b.but(schedule=s, isl_schedule=s)
+
+
+def p_serial_reductions(b: Build) -> Build:
+    """Loops that move a reordered reduction along a reduction index are not parallel."""
+    assert b.schedule is not None  # the pass applies after isl's schedule only
+    s = sched.reduction_members_serial(b.schedule, b.scop)
+    return b.but(schedule=s, isl_schedule=s)
+
+
+def current_schedule(b: Build) -> isl.Schedule:
+    """The schedule so far; program order when the scheduler was switched off."""
+    return b.schedule if b.schedule is not None else sched.program_order(b.scop)
+
+
+def cpu_loops(b: Build) -> bool:
+    """Whether the loops keep the CPU's tiling and parallel loop (C, and the ``groups``
+    mapping of OpenCL CPU devices); never under a hand schedule."""
+    if b.options.schedule:
+        return False
+    return not b.backend.grid or strategy(b.options, b.device) == "groups"
+
+
+def p_tile(b: Build) -> Build:
+    s, decisions = tile_schedule(current_schedule(b), b.scop, b.options, host())
+    return b.stage("tiling", "\n".join(str(d) for d in decisions), schedule=s,
+                   tiling=tuple(decisions))
+
+
+def p_parallel(b: Build) -> Build:
+    if not b.options.parallel:
+        return b
+    points = sum(statement_points(s, b.env) for s in b.scop.stmts)
+    s = sched.mark_parallel(current_schedule(b), b.options.parallel_min_points, points)
+    return b.but(schedule=s)
+
+
+def p_map(b: Build) -> Build:
+    s, launches, report = map_schedule(current_schedule(b), b.scop, b.options, b.device)
+    text = "\n".join(str(entry) for entry in report) + "\n" + "\n".join(
+        f"{l.name}: grid {l.grid} block {l.block} shared {l.shared}" for l in launches)
+    return b.stage("mapping", text, schedule=s, launches=tuple(launches),
+                   mapping=tuple(report))
+
+
+def p_ast(b: Build) -> Build:
+    s = current_schedule(b)
+    b = b.stage("schedule", sched.schedule_tree_text(s), schedule=s)
+    assert b.ctx is not None
+    ast = sched.build_ast(s, b.ctx)
+    return b.stage("ast", ast.to_C_str(), ast=ast)
+
+
+def p_codegen(b: Build) -> Build:
+    """The target's code (``c``, ``opencl``, ``cuda`` stage): its backend's generator."""
+    return b.backend.generate(b)
+
+
+def statement_points(s, env) -> int:
+    """An upper bound on the number of instances of a statement (for the parallel
+    threshold): the product of its index ranges, triangular ones widened to boxes."""
+    known: dict = {}
+    n = 1
+    for r in s.stmt.ranges:
+        if r.var not in s.vars:
+            continue
+        iv = Interval(known)
+        lo = S.evaluate(iv.lo(r.lo), env)
+        hi = S.evaluate(iv.hi(S.sub(r.hi, S.const(1))), env) + 1
+        known[r.var] = (S.const(lo), S.const(hi))
+        n *= max(0, hi - lo)
+    return n

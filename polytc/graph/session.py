@@ -1,0 +1,210 @@
+"""The compiled model: ``Session`` (what ``polytc.onnx.compile`` returns) and ``compile``.
+The public module is ``polytc.onnx``; see its docstring and docs/onnx.md."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import backends
+from ..diagnostics import ModelError, UnsupportedError, user_boundary
+from ..options import Options
+
+#: the C target, or an accelerator's (see ``polytc.backends``): on ``opencl`` and
+#: ``cuda`` every group compiles for the device and a run keeps the values there
+#: (``polytc.graph.plan``), uploading the inputs and downloading the outputs
+TARGETS = backends.NAMES
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output as onnxruntime describes it."""
+
+    name: str
+    shape: list  # ints, symbol names, or None for an unknown dimension
+    type: str  # "tensor(float)", ...
+
+    def __repr__(self):
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
+
+
+def _type_name(dtype) -> str:
+    dt = np.dtype(dtype)
+    return "tensor(" + {"float32": "float", "float64": "double"}.get(dt.name, dt.name) + ")"
+
+
+def _check_device(target: str):
+    """Raise a polytc error (not an ImportError, nor a bug report from the first group's
+    compile) when ``target``'s runtime or device is missing in this process."""
+    from ..diagnostics import PolytcError
+
+    try:
+        backends.get(target).cache_facts()  # finds the device, or says why there is none
+    except PolytcError as e:
+        here = [t for t in TARGETS if t != target and backends.available(t)]
+        hint = f"targets: {', '.join(here)}" + (f"; {e.hint}" if e.hint else "")
+        raise UnsupportedError(f"target '{target}' is not available here: {e.message}",
+                               hint=hint) from None
+
+
+class Session:
+    """A compiled model.  Build it with ``polytc.onnx.compile``."""
+
+    def __init__(self, model, target="c", options: Options | None = None, fuse: bool = True,
+                 disable=(), where: str | None = None):
+        from . import passes
+        from .bind import check_supported
+        from .onnx_import import import_model
+
+        if target not in TARGETS:
+            raise UnsupportedError(f"target '{target}' is not available for models",
+                                   hint=f"targets: {', '.join(TARGETS)}")
+        _check_device(target)
+        t0 = time.perf_counter()
+        self.graph, self.stages = passes.run(import_model(model, where), disable)
+        check_supported(self.graph)  # every unsupported op at once, before compiling
+        self.options = options or Options()
+        self.fuse, self.target = fuse, target
+        self._plans: dict = {}
+        self.timings = {"import+passes": time.perf_counter() - t0}
+        if all(self.graph.types[v].static for v in self.graph.inputs if v in self.graph.types):
+            self.plan({v: self.graph.types[v].shape for v in self.graph.inputs})
+
+    # --- onnxruntime's interface ------------------------------------------------------
+    def get_inputs(self) -> list:
+        return [self._arg(v) for v in self.graph.inputs]
+
+    def get_outputs(self) -> list:
+        return [self._arg(v) for v in self.graph.outputs]
+
+    def _arg(self, v) -> NodeArg:
+        t = self.graph.types.get(v)
+        if t is None:
+            return NodeArg(v, None, "tensor(unknown)")
+        return NodeArg(v, None if t.shape is None else list(t.shape), _type_name(t.dtype))
+
+    @user_boundary
+    def run(self, output_names, input_feed: dict, run_options=None) -> list:
+        """Outputs (a list of numpy arrays) for the inputs ``input_feed`` (name ->
+        array); ``output_names`` None means all outputs."""
+        feeds = self._check_feeds(input_feed)
+        names = self._check_outputs(output_names)
+        plan = self.plan({v: a.shape for v, a in feeds.items()})
+        return plan.run(feeds, names)
+
+    # --- compiled forms --------------------------------------------------------------
+    def plan(self, shapes: dict):
+        """The model compiled for these input shapes (compiling it the first time)."""
+        from .plan import Plan
+
+        key = tuple(tuple(shapes[v]) for v in self.graph.inputs)
+        p = self._plans.get(key)
+        if p is None:
+            p = self._plans[key] = Plan(self.graph, {v: tuple(shapes[v])
+                                                     for v in self.graph.inputs},
+                                        self.options, self.fuse, self.target)
+        return p
+
+    def __repr__(self):
+        return (f"<polytc.onnx.Session {len(self.graph.nodes)} nodes, inputs "
+                f"{list(self.graph.inputs)}, outputs {list(self.graph.outputs)}, "
+                f"target={self.target}>")
+
+    def _repr_html_(self) -> str:
+        """The graph coloured by fusion group, for Jupyter (``polytc.display.graph``)."""
+        try:
+            from ..display.graph import session_html
+            return session_html(self)  # never raises itself
+        except Exception:  # noqa: BLE001 - a display must never fail
+            return None  # Jupyter shows the plain repr instead
+
+    def report(self) -> str:
+        """What was fused, per compiled shape."""
+        out = [f"model {self.graph.name}: {len(self.graph.nodes)} nodes after the graph "
+               "passes"]
+        for key, p in self._plans.items():
+            groups = sum(1 for s in p.steps if hasattr(s, 'stmts'))
+            out.append(f"input shapes {list(map(list, key))}: {groups} "
+                       f"compiled groups, {p.timings['compile']:.2f} s to compile, " +
+                       (f"arena {p.arena_bytes / 1e6:.1f} MB" if p.device is None else
+                        f"values on the {self.target} device"))
+            out.extend("  " + line for line in p.report())
+        return "\n".join(out)
+
+    # --- checking the caller's arguments ----------------------------------------------
+    def _check_outputs(self, names):
+        if names is None:
+            return list(self.graph.outputs)
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ModelError(f"output_names must be None or a list of output names, not "
+                             f"{names!r}", hint="outputs: " + ", ".join(self.graph.outputs))
+        for n in names:
+            if n not in self.graph.outputs:
+                raise ModelError(f"'{n}' is not an output of the model",
+                                 hint="outputs: " + ", ".join(self.graph.outputs))
+        return list(names)
+
+    def _check_feeds(self, feed) -> dict:
+        g = self.graph
+        if not isinstance(feed, dict):
+            raise ModelError(f"run takes a dict of input name -> array, not "
+                             f"{type(feed).__name__}")
+        expected = ", ".join(f"{a.name}: {a.type} {a.shape}" for a in self.get_inputs())
+        for n in feed:
+            if n not in g.inputs:
+                raise ModelError(f"'{n}' is not an input of the model",
+                                 hint=f"inputs: {expected}")
+        missing = [v for v in g.inputs if v not in feed]
+        if missing:
+            raise ModelError(f"missing input(s) {', '.join(repr(m) for m in missing)}",
+                             hint=f"inputs: {expected}")
+        feeds, symbols = {}, {}
+        for v in g.inputs:
+            a = feed[v]
+            if not isinstance(a, np.ndarray):
+                try:
+                    a = np.asarray(a)
+                except Exception:  # noqa: BLE001
+                    raise ModelError(f"input '{v}': {type(feed[v]).__name__} is not an "
+                                     "array") from None
+            t = g.types[v]
+            if a.dtype != t.dtype and a.dtype.newbyteorder("=") == t.dtype:
+                a = a.astype(t.dtype)  # the other byte order: convert
+            if a.dtype == object:
+                raise ModelError(f"input '{v}' is not a numeric array (got "
+                                 f"{type(feed[v]).__name__}, which numpy holds as dtype "
+                                 f"object); the model wants {np.dtype(t.dtype).name}")
+            if a.dtype != t.dtype:
+                raise ModelError(f"input '{v}' has dtype {a.dtype.name}; the model wants "
+                                 f"{np.dtype(t.dtype).name}",
+                                 hint=f"convert it with .astype(np.{np.dtype(t.dtype).name})")
+            if t.shape is not None:
+                if a.ndim != len(t.shape):
+                    raise ModelError(f"input '{v}' has shape {list(a.shape)}; the model wants "
+                                     f"rank {len(t.shape)} {list(t.shape)}")
+                for k, (d, want) in enumerate(zip(a.shape, t.shape)):
+                    if isinstance(want, int) and d != want:
+                        raise ModelError(f"input '{v}' has shape {list(a.shape)}; dimension "
+                                         f"{k} must be {want} ({list(t.shape)})")
+                    if isinstance(want, str):
+                        if symbols.setdefault(want, (d, v))[0] != d:
+                            raise ModelError(
+                                f"input '{v}': dimension {k} ('{want}') is {d}, but it is "
+                                f"{symbols[want][0]} in input '{symbols[want][1]}'")
+            # np.ascontiguousarray would make a 0-d array 1-d
+            feeds[v] = a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape)
+        return feeds
+
+
+@user_boundary
+def compile(model, target: str = "c", options: Options | None = None, *, fuse: bool = True,
+            disable=()) -> Session:  # noqa: A001 - the name users expect
+    """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) into a ``Session``.
+
+    ``target``: ``c``, ``opencl`` or ``cuda`` (see ``TARGETS``); ``options`` apply to
+    every compiled group; ``fuse=False`` compiles each op alone;
+    ``disable`` names graph passes to skip (see ``polytc.graph.passes.PASSES``)."""
+    return Session(model, target, options, fuse, disable)

@@ -1,0 +1,164 @@
+"""``Kernel``: what ``polytc.tc`` returns, a checked program compiled on demand for the
+sizes of each call, on one target.
+
+A call looks up the signature (shapes, strides and dtypes) in the kernel's own table; on a
+hit it runs the loaded kernel, nothing else.  On a miss it checks the arguments, binds the
+sizes, applies options from the tuning cache (a kernel made without options), and asks
+the target's backend for the compiled form: the process-wide table, then the on-disk
+cache (content-addressed: canonical program, sizes, dtypes, options, target, device,
+compiler and polytc's own source), and only then the pipeline and the compiler
+(``backends/base.py``).
+"""
+from __future__ import annotations
+
+import weakref
+
+from . import backends
+from .backends.base import forget_loaded
+from .cache import DiskCache
+from .diagnostics import PolytcError, user_boundary
+from .lang import program as P
+from .options import Options
+from .poly.recipe import Schedule
+from .runtime import args as A
+from .runtime import tuning
+from .runtime.compiled import Specialised
+
+_KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()  # for clear_cache()
+
+
+def clear_cache(disk: bool = True) -> int:
+    """Forget every compiled kernel: the loaded kernels of this process (the next call of
+    any kernel compiles, or loads from disk, again) and, with ``disk``, the on-disk cache
+    (``POLYTC_CACHE_DIR``; the tuning cache stays).  Returns the number of disk entries
+    removed.  Kernels already returned by ``specialize`` keep working."""
+    forget_loaded()
+    for k in list(_KERNELS):
+        k._table.clear()
+    return DiskCache().clear() if disk else 0
+
+
+class Kernel:
+    """A checked program, compiled on demand for the sizes of each call."""
+
+    def __init__(self, program: P.Program, options: Options | None = None,
+                 target: str = backends.DEFAULT):
+        self.program = program
+        self.target = backends.check(target)
+        self.backend = backends.get(self.target)
+        self.options = options or Options()
+        self._explicit = options is not None  # autotuning hook: else tuned options apply
+        self._table: dict = {}  # signature -> loaded kernel (runtime.compiled.Specialised)
+        _KERNELS.add(self)
+
+    def __repr__(self):
+        where = "" if self.target == backends.DEFAULT else f" target={self.target}"
+        return f"<polytc.Kernel {self.program.name}{where}>"
+
+    def __str__(self):
+        return str(self.program)
+
+    def _repr_markdown_(self):
+        return self.program._repr_markdown_()
+
+    def with_options(self, options: Options | None = None, **changes) -> "Kernel":
+        """A new kernel with other options (this one is unchanged)."""
+        base = options or self.options
+        return Kernel(self.program, base.replace(**changes) if changes else base, self.target)
+
+    @user_boundary
+    def schedule(self, *args, start: str = "isl"):
+        """A ``polytc.Schedule`` to change by hand, for the sizes of these inputs:
+        ``start="isl"`` isl's schedule (before tiling), ``"program"`` each statement its
+        own loop nest.  ``kernel.with_schedule(s)`` compiles with the result."""
+        from .compiler import pipeline
+
+        env = A.bind_sizes(self.program, A.as_arrays(self.program, args))
+        base = pipeline.run(self.program, env, Options(), until="dependences")
+        return Schedule.start(base, start, self.options.fusion)
+
+    @user_boundary
+    def explain(self, *args, vectorizer: bool = True):
+        """Why the compiler did what it did for the sizes of these inputs: which
+        statements were fused, which loops run in parallel, the tiles and where their
+        sizes came from, what was vectorised (see ``CompiledKernel.explain``)."""
+        if not self.backend.host:
+            raise PolytcError(f"explain() describes the C target's decisions; this kernel "
+                              f"targets '{self.target}'", hint="kernel.to('c').explain(...)")
+        ck = self._specialize(A.as_arrays(self.program, args))
+        source = None
+        if not self._explicit:
+            if tuning.lookup(self.program, ck.env, target=self.target) is not None:
+                source = "the tuning cache (polytc.autotune)"
+        return ck.explain(vectorizer, source)
+
+    def with_schedule(self, schedule) -> "Kernel":
+        """A new kernel compiled with the hand schedule ``schedule`` (its steps replay,
+        checked, for the sizes of each call); this kernel is unchanged."""
+        if not isinstance(schedule, Schedule):
+            raise PolytcError(f"with_schedule takes a polytc.Schedule, got "
+                              f"{type(schedule).__name__}", hint="kernel.schedule(*inputs)")
+        if str(schedule.program) != str(self.program):
+            raise PolytcError(f"this schedule was made for '{schedule.program.name}', "
+                              f"not for '{self.program.name}'")
+        k = self.with_options(schedule=schedule.steps)
+        k._explicit = True
+        return k
+
+    def to(self, target: str) -> "Kernel":
+        """The same program and options on another target (``c``, ``opencl``, ``cuda``);
+        this kernel is unchanged."""
+        k = Kernel(self.program, self.options, target)
+        k._explicit = self._explicit
+        return k
+
+    def __call__(self, *args, out=None):
+        # the fast path: the signature (shape, strides, dtype) of contiguous arrays seen
+        # before maps straight to the loaded function; nothing else is checked or built
+        try:
+            ck = self._table.get(tuple(_signature(a) for a in args))
+        except AttributeError:  # Python scalars for 0-d inputs, host tensors of other libraries
+            ck = None
+        if ck is not None and out is None:
+            try:
+                return ck.run(args)
+            except PolytcError as e:  # a fault detected by the kernel
+                raise e.with_traceback(None) from None
+        return self._call_slow(args, out)
+
+    @user_boundary
+    def _call_slow(self, args, out):
+        inputs = A.as_arrays(self.program, args, device_arrays=self.backend.device_arrays)
+        ck = self._specialize(inputs)
+        outs = None if out is None else A.check_out(self.program, out, ck.out_shapes, inputs)
+        if all(a is b for a, b in zip(args, inputs)):  # right dtypes, contiguous
+            try:
+                self._table[tuple(_signature(a) for a in args)] = ck
+            except AttributeError:
+                pass
+        return ck.run(inputs, outs)
+
+    @user_boundary
+    def specialize(self, *args) -> Specialised:
+        """The compiled form for these inputs' sizes (compiling if needed)."""
+        return self._specialize(A.as_arrays(self.program, args))
+
+    def _specialize(self, inputs) -> Specialised:
+        env = A.bind_sizes(self.program, inputs)
+        text, options = str(self.program), self.options
+        # --- autotuning hook: a kernel created without options uses the options that
+        # polytc.autotune stored for this program, sizes and machine (runtime/tuning.py)
+        if not self._explicit:
+            options = tuning.lookup(self.program, env, text=text, target=self.target) or options
+        # --- end of the autotuning hook
+        return self.backend.compiled(self.program, env, options, text)
+
+
+def _signature(a) -> tuple:
+    """What the fast path compares: shape, strides and dtype of a numpy (or pyopencl)
+    array, or the CUDA array interface of a device array (PyTorch, CuPy, pycuda)."""
+    try:
+        return a.shape, a.strides, a.dtype
+    except AttributeError:
+        cai = a.__cuda_array_interface__  # AttributeError: no fast path for it
+        return tuple(cai["shape"]), cai.get("strides"), cai["typestr"], type(a)

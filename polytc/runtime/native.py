@@ -1,0 +1,156 @@
+"""The C target's runtime: ``CompiledKernel``, a program compiled to a shared object
+for one set of sizes, loaded with cffi and called on numpy arrays.
+
+A call allocates the outputs (aligned; filled where the kernel reads them first), takes
+temporaries from a pool and calls the C function; a non-zero return names the run-time
+check that failed."""
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+from ..diagnostics import PolytcError
+from . import args as A
+from .compiled import Specialised
+from .memory import aligned_copy, aligned_zeros, allocator, is_aligned
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi(nargs: int):
+    """A cffi FFI declaring ``int polytc_kernel(void *, ...)`` with ``nargs`` pointers.
+    cffi's ABI mode (dlopen) calls a kernel in ~0.8 us where ctypes takes ~4 us."""
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(f"int polytc_kernel({', '.join(['void *'] * nargs) or 'void'});")
+    return ffi
+
+
+@functools.lru_cache(maxsize=None)
+def _pin_openmp():
+    """Keep the OpenMP runtime loaded for the whole process.  Kernel libraries are its
+    only users; when the last one is unloaded (at exit, by cffi) while OpenMP's worker
+    threads still spin inside it, the process dies with SIGSEGV.  ctypes never unloads."""
+    import ctypes
+
+    for name in ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so"):
+        try:
+            return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+    return None
+
+
+class CompiledKernel(Specialised):
+    """A program compiled for one set of sizes.  ``stages`` holds the text of every
+    stage: ``tc``, ``scop``, ``dependences``, ``schedule``, ``ast``, ``c``."""
+
+    target = "c"
+
+    def __init__(self, program, env, options, lib_path, meta, build=None):
+        self._common(program, env, options, meta, build)
+        self.align_inputs = tuple(meta.get("align_inputs", ()))
+        self._allocs = [(allocator(s, d, f), s, d) for s, d, f in
+                        zip(self.out_shapes, self.out_dtypes, self.out_fill)]
+        self.temps = [(t.extents(env), t.dtype.np_dtype) for t in program.temporaries]
+        self._scratch: list = []  # free sets of temporaries, reused across calls
+        self._copies: list = []  # free sets of aligned input buffers, likewise
+        ffi = _ffi(len(program.inputs) + len(program.outputs) + len(program.temporaries))
+        _pin_openmp()
+        self._lib = ffi.dlopen(lib_path)
+        self._fn = self._lib.polytc_kernel
+        self._buf = ffi.from_buffer
+
+    # --- introspection -------------------------------------------------------------
+    @property
+    def scop(self) -> str:
+        return self.stages["scop"]
+
+    @property
+    def dependences(self) -> str:
+        return self.stages["dependences"]
+
+    def explain(self, vectorizer: bool = True, source: str | None = None):
+        """Why the compiler did what it did for these sizes (``polytc.explain``):
+        fusion, parallel loops, tiles, vectorisation, with the isl facts behind them.
+        ``vectorizer``: also ask gcc which loops it vectorised (one more compile)."""
+        from ..explain import explain
+
+        if source is None:
+            source = "your Options" if self.options.tile or self.options.register_tile \
+                else "the cost model"
+        return explain(self.program, self.env, self.options, source, vectorizer)
+
+    # --- running -------------------------------------------------------------------
+    def run(self, inputs, outs: list | None = None):
+        copies = None
+        for i in self.align_inputs:
+            if not is_aligned(inputs[i]):
+                if copies is None:  # aligned buffers reused across calls: no page faults
+                    try:
+                        copies = self._copies.pop()
+                    except IndexError:
+                        copies = {}
+                    inputs = list(inputs)
+                buf = copies.get(i)
+                if buf is None:
+                    buf = copies[i] = aligned_copy(inputs[i])
+                else:
+                    np.copyto(buf, inputs[i])
+                inputs[i] = buf
+        try:
+            return self._run(inputs, outs)
+        finally:
+            if copies is not None:
+                self._copies.append(copies)
+
+    def _run(self, inputs, outs):
+        if outs is None:
+            try:
+                outs = [alloc(s, d) for alloc, s, d in self._allocs]
+            except (MemoryError, ValueError) as e:
+                raise PolytcError(f"{self.program.name}: cannot allocate outputs of shapes "
+                                  f"{self.out_shapes} ({e})") from None
+        buf = self._buf
+        if not self.temps:
+            rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs])
+        else:
+            try:  # list.pop/append are atomic: the pool is safe when threads share a kernel
+                scratch = self._scratch.pop()
+            except IndexError:
+                scratch = self._new_scratch()
+            try:
+                rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
+                              *[buf(t) for t in scratch])
+            finally:
+                self._scratch.append(scratch)
+        if rc:
+            self._fail(rc)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _new_scratch(self) -> list:
+        try:
+            return [aligned_zeros(s, d) for s, d in self.temps]
+        except (MemoryError, ValueError) as e:
+            raise PolytcError(f"{self.program.name}: cannot allocate temporaries ({e})") \
+                from None
+
+    def benchmark(self, *args, repeat: int = 20, warmup: int = 2) -> dict:
+        """Median and minimum seconds of the C function alone (no argument checks, no
+        allocation): what the generated code costs."""
+        inputs = [a if i not in self.align_inputs or is_aligned(a) else aligned_copy(a)
+                  for i, a in enumerate(A.as_arrays(self.program, args))]
+        outs = [aligned_zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
+        ptrs = [self._buf(a) for a in inputs] + [self._buf(o) for o in outs] + \
+            [self._buf(t) for t in self._new_scratch()]
+        for _ in range(warmup):
+            self._fn(*ptrs)
+        t = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            self._fn(*ptrs)
+            t.append(time.perf_counter() - t0)
+        t.sort()
+        return {"median": t[len(t) // 2], "min": t[0]}
