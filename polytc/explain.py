@@ -307,16 +307,16 @@ class _Explainer:
                             f"of {m.vector_bytes} bytes, cache tiles from L1 {m.l1 // 1024}"
                             f" KiB and L2 {m.l2 // 1024} KiB, tile height balanced over "
                             f"{m.cores} cores)")
-                self.say("tiling", f"{self.label(entry.statement)} is a contraction: cache tiles "
+                self.say("tiling", f"{self.label(entry.subject)} is a contraction: cache tiles "
                          f"{'x'.join(map(str, d['cache']))} and register tiles "
                          f"{'x'.join(map(str, d['register']))} over its loops in the order "
                          f"{d['order']}; sizes from {src}.", str(entry))
             elif kind == "simd":
-                self.say("vectorize", f"The innermost loop of {', '.join(entry.statements)} is "
+                self.say("vectorize", f"The innermost loop of {', '.join(entry.subjects)} is "
                          "parallel and unit-stride for the writes: marked omp simd.",
                          str(entry))
             elif kind == "promote":
-                self.say("vectorize", f"{self.label(entry.statement)}: its innermost loop is a "
+                self.say("vectorize", f"{self.label(entry.subject)}: its innermost loop is a "
                          "reduction into one element, accumulated in a register (a "
                          "vectorised reduction for + and *).", str(entry))
         if not any(e.kind == "contraction" for e in self.b.tiling):

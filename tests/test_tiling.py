@@ -136,7 +136,7 @@ def test_transposed_matvec_gets_a_register_row():
     k = polytc.tc(BICG, options=polytc.Options(parallel_min_points=1))
     b = pipeline.run(k.program, {"N": 70, "M": 90}, k.options)
     entry = next(e for e in b.tiling if e.kind == "contraction")
-    assert entry.statement == "S0"  # s(j) += A(i, j) * r(i): accumulators along j
+    assert entry.subject == "S0"  # s(j) += A(i, j) * r(i): accumulators along j
     assert entry.facts["register"][0] > 1 and entry.facts["register"][1] == 1
     assert Decision("promote", ["S1"]) in b.tiling  # q(i) += A(i, j) * p(j): a dot product per row
     check(BICG, [(70, 90), (70,), (90,)], k.options)
@@ -188,7 +188,7 @@ def test_auto_fusion_follows_the_cost_model():
         Y(b, o) +=! T(b, h) * W2(h, o)
     }""")
     b = pipeline.run(mlp.program, {"B": 30, "I": 40, "H": 50, "O": 60}, mlp.options)
-    assert [e.statement for e in b.tiling if e.kind == "contraction"] == ["S0", "S1"]
+    assert [e.subject for e in b.tiling if e.kind == "contraction"] == ["S0", "S1"]
     assert "contraction" in b.stages["tiling"]
     atax = """def atax(float(M,N) A, float(N) x) -> (y) {
         t(i) +=! A(i, j) * x(j)

@@ -45,7 +45,7 @@ def align_inputs(b) -> list:
     for d in b.tiling:
         if d.kind != "contraction":
             continue
-        sst = next(s for s in b.scop.stmts if s.name == d.statements[0])
+        sst = next(s for s in b.scop.stmts if s.name == d.subject)
         points = statement_points(sst, b.env)
         for e in P.reads(sst.stmt.rhs):
             if len(e.indices) >= 2:

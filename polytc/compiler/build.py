@@ -35,9 +35,9 @@ class Build:
     isl_schedule: isl.Schedule | None = None  # the scheduler's (or hand) schedule, before tiling
     ast: isl.AstNode | None = None
     code: str = ""
-    tiling: tuple = ()  # tiling.strategy.Decision per band the tiler changed
+    tiling: tuple = ()  # tiling.decisions.Decision per band the tiler changed
     launches: tuple = ()  # tiling.gpu.Launch per accelerator kernel
-    mapping: tuple = ()  # what the GPU mapper did, per kernel: (kind, name, facts)
+    mapping: tuple = ()  # tiling.decisions.Decision: what the GPU mapper did, per kernel
     sites: tuple = ()  # (Span, what) per run-time check
     #: output or temporary -> the value every element must hold before the kernel runs
     #: (``lang.program.initial_value``); absent when the kernel never sees its contents

@@ -1,35 +1,37 @@
-"""``Decision``: one thing the tiler did to a band of the schedule, as a frozen record
-that prints itself (the ``tiling`` stage, explain() and the tuner read them)."""
+"""``Decision``: one thing the tiler did to a band of the schedule, or the GPU mapper did
+to a kernel, as a frozen record that prints itself (the ``tiling`` and ``mapping``
+stages, explain() and the tuner read them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-#: what a decision can be
-KINDS = ("split", "contraction", "simd", "promote")
-_SIZES = ("cache", "register")  # facts printed as tile sizes, 32x32
+#: what a decision can be: the tiler's, then the mapper's
+KINDS = ("split", "contraction", "simd", "promote", "threads", "one block", "groups")
+_SIZES = ("cache", "register", "tile", "block", "reduction_tile")  # printed as 32x32
 
 
 @dataclass(frozen=True)
 class Decision:
     kind: str  # one of KINDS
-    statements: tuple  # the statements it concerns
+    #: what it concerns: statement names (the tiler), the kernel's name (the mapper)
+    subjects: tuple
     #: ``contraction``: ``order`` (loops outside in), ``cache`` and ``register`` tile
-    #: sizes; ``split``: ``groups`` (statement names per new band)
+    #: sizes; ``split``: ``groups`` (statement names per new band); ``threads``:
+    #: ``tile``, ``block``, ``reduction_tile``; ``one block``: ``block``; ``groups``: ``grid``
     facts: Mapping = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
-        object.__setattr__(self, "statements", tuple(self.statements))
+        object.__setattr__(self, "subjects", tuple(self.subjects))
         object.__setattr__(self, "facts", MappingProxyType(dict(self.facts)))
 
     @property
-    def statement(self) -> str:
-        """The statement of a one-statement decision (contraction, promote)."""
-        return self.statements[0]
+    def subject(self) -> str:
+        """The statement (or kernel) of a decision about one."""
+        return self.subjects[0]
 
     def __str__(self):
-        facts = "".join(f"; {k} {'x'.join(map(str, v)) if k in _SIZES else v}"
+        facts = "".join(f"; {k} {'x'.join(map(str, v)) if k in _SIZES and v else v}"
                         for k, v in self.facts.items())
-        return f"{self.kind} {', '.join(self.statements)}{facts}"
-
+        return f"{self.kind} {', '.join(self.subjects)}{facts}"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from ..poly import transform as T
+from .decisions import Decision
 from .promote import promote
 
 _BAND = isl.schedule_node_type.band
@@ -234,8 +235,8 @@ class ThreadMapper(_Mapper):
         if nred:
             node = node.band_split(m)
         node = map_mark(node, "thread", m)
-        self.report.append(("threads", launch.name, {"tile": tile, "block": block,
-                                                     "reduction_tile": sizes[m:]}))
+        self.report.append(Decision("threads", [launch.name], {
+            "tile": tile, "block": block, "reduction_tile": sizes[m:]}))
         node = self.inner(node)
         if self.options.shared_memory:
             node = promote(node.parent(), self.scop, launch, self.device,
@@ -324,7 +325,7 @@ class ThreadMapper(_Mapper):
                 for a, b in enumerate(reversed(block)):
                     launch.block[a] = max(launch.block[a], b)
                 node = map_mark(node, "thread", m)
-                self.report.append(("one block", launch.name, {"block": block}))
+                self.report.append(Decision("one block", [launch.name], {"block": block}))
                 node = self.inner(node)
                 while node.get_tree_depth() > depth:
                     node = node.parent()
@@ -355,7 +356,7 @@ class GroupMapper(_Mapper):
             depth = node.get_schedule_depth()
             node = node.delete()
             node = node.insert_mark(isl.Id(f"block:{depth}:1", context=node.get_ctx()))
-            self.report.append(("groups", launch.name, {"grid": launch.grid[0]}))
+            self.report.append(Decision("groups", [launch.name], {"grid": launch.grid[0]}))
             node = node.child(0)
         node = self.drop_parallel(node)
         while node.get_tree_depth() > top:

@@ -94,6 +94,6 @@ def find_device(target: str):
 
 
 def mapping_report(program, env, options: Options, target: str, device) -> tuple:
-    """The mapper's decisions (``(kind, name, facts)`` per kernel) for ``target``: the
+    """The mapper's decisions (``tiling.decisions.Decision`` per kernel) for ``target``: the
     pipeline through its ``map`` pass; nothing is compiled."""
     return pipeline.run(program, env, options, target, device, until="map").mapping

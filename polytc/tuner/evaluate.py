@@ -197,8 +197,8 @@ def probe_mapping(program, env, target) -> dict:
                        shared_memory=False, private_memory=False)
         report = bridge.mapping_report(program, env, opts, target, device)
         dims, ext = 0, {}  # axis (0: innermost) -> extent, None: unknown
-        for kind, _name, facts in report:
-            sizes = facts["tile"] if kind == "threads" else [None] * len(facts["block"])
+        for d in report:
+            sizes = d.facts["tile"] if d.kind == "threads" else [None] * len(d.facts["block"])
             dims = max(dims, len(sizes))
             for axis, e in enumerate(reversed(sizes)):
                 old = ext.get(axis, 0)
