@@ -89,6 +89,21 @@ def sgemm(float(M,K) A, float(K,N) B) -> (C) {
     C(m, n) +=! A(m, k) * B(k, n)
 }"""
 
+MATMUL_NT = """
+def sgemm_nt(float(M,K) A, float(N,K) B) -> (C) {
+    C(m, n) +=! A(m, k) * B(n, k)
+}"""
+
+QKT = """
+def qkt(float(B,S,D) Q, float(B,T,D) K) -> (P) {
+    P(b, s, t) +=! Q(b, s, d) * K(b, t, d)
+}"""
+
+GEMV = """
+def gemv(float(M,K) A, float(K) x) -> (y) {
+    y(m) +=! A(m, k) * x(k)
+}"""
+
 BMM = """
 def bmm(float(B,M,K) X, float(B,K,N) Y) -> (Z) {
     Z(b, m, n) +=! X(b, m, k) * Y(b, k, n)
@@ -258,6 +273,28 @@ def benches() -> list:
             lambda A, B: A @ B, lambda A, B: _t().matmul(A, B),
             lambda A, B: ([_node("MatMul", ["A", "B"], ["Y0"])], 18), mm_flops,
             repeats=reps, quick=quick, sizes=f"M=N=K={n}"))
+    b.append(Bench(
+        "sgemm_nt", MATMUL_NT, lambda r: [f32(r, 1024, 1024), f32(r, 1024, 1024)], ["A", "B"],
+        lambda A, B: A @ B.T, lambda A, B: _t().matmul(A, B.T),
+        lambda A, B: ([_node("Gemm", ["A", "B"], ["Y0"], transB=1)], 18),
+        lambda A, B: 2 * A.shape[0] * A.shape[1] * B.shape[0], sizes="A B^T, M=N=K=1024"))
+    b.append(Bench(
+        "tall_skinny", MATMUL, lambda r: [f32(r, 8192, 256), f32(r, 256, 64)], ["A", "B"],
+        lambda A, B: A @ B, lambda A, B: _t().matmul(A, B),
+        lambda A, B: ([_node("MatMul", ["A", "B"], ["Y0"])], 18), mm_flops,
+        sizes="M=8192 K=256 N=64"))
+    b.append(Bench(
+        "qkt", QKT, lambda r: [f32(r, 16, 256, 64), f32(r, 16, 256, 64)], ["Q", "K"],
+        lambda Q, K: np.matmul(Q, K.transpose(0, 2, 1)),
+        lambda Q, K: _t().bmm(Q, K.transpose(1, 2)),
+        lambda Q, K: ([_node("Einsum", ["Q", "K"], ["Y0"], equation="bsd,btd->bst")], 18),
+        lambda Q, K: 2 * Q.shape[0] * Q.shape[1] * K.shape[1] * Q.shape[2],
+        sizes="batched Q K^T, B=16 S=T=256 D=64"))
+    b.append(Bench(
+        "gemv", GEMV, lambda r: [f32(r, 4096, 4096), f32(r, 4096)], ["A", "x"],
+        lambda A, x: A @ x, lambda A, x: _t().mv(A, x),
+        lambda A, x: ([_node("MatMul", ["A", "x"], ["Y0"])], 18),
+        lambda A, x: 2 * A.size, membound=True, sizes="M=K=4096"))
     b.append(Bench(
         "bmm", BMM, lambda r: [f32(r, 64, 128, 128), f32(r, 64, 128, 128)], ["X", "Y"],
         np.matmul, lambda X, Y: _t().bmm(X, Y),

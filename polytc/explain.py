@@ -311,6 +311,16 @@ class _Explainer:
                          f"{'x'.join(map(str, d['cache']))} and register tiles "
                          f"{'x'.join(map(str, d['register']))} over its loops in the order "
                          f"{d['order']}; sizes from {src}.", str(entry))
+            elif kind == "pack":
+                d = entry.facts
+                kt, nr = d["panel"]
+                self.say("tiling", f"{self.label(entry.subject)} reads {d['tensor']} through a "
+                         f"packed copy ({d['buffer']}, one per thread): each cache tile of "
+                         f"{d['tensor']} is copied ({d['copy']}) into {d['panels']} micro-panels "
+                         f"of {kt}x{nr} elements laid out as the micro-kernel reads them, so its "
+                         f"{nr} lanes load as contiguous vectors and a panel stays in L1 while "
+                         "the register tiles of the other dimension pass over it (BLIS's "
+                         "packing; a transposed operand becomes unit-stride).", str(entry))
             elif kind == "simd":
                 self.say("vectorize", f"The innermost loop of {', '.join(entry.subjects)} is "
                          "parallel and unit-stride for the writes: marked omp simd.",

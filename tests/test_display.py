@@ -62,7 +62,7 @@ def test_schedule_tree(mmr):
     h = wrap(mmr.stages)["schedule"]._repr_html_()
     assert "parallel" in h and "coincident" in h and "permutable" in h
     assert "ptc-mark-parallel" in h and "ptc-mark-simd" in h and "sequence" in h
-    assert "S0: x0 - (x0) mod 30" in h  # a partial schedule: the tile loop of x0
+    assert re.search(r"S0: x0 - \(x0\) mod \d+", h)  # a partial schedule: x0's tile loop
     assert "filter</span> <span class=\"ptc-mono\">S1" in h
 
 
@@ -165,8 +165,12 @@ child:
 
 
 def test_schedule_map_matches_isl(mmr, monkeypatch):
-    """The flattening used for trees with extensions agrees with isl's ``get_map``."""
-    s = isl.Schedule.read_from_str(isl.Context(), mmr.stages["schedule"])
+    """The flattening used for trees with extensions agrees with isl's ``get_map`` (on a
+    tiled tree without the packing extension, whose map isl cannot construct)."""
+    flat = polytc.tc(MMR, options=polytc.Options(vectorize=False)).specialize(
+        np.ones((64, 32), np.float32), np.ones((32, 48), np.float32))
+    assert "extension" not in flat.stages["schedule"]
+    s = isl.Schedule.read_from_str(isl.Context(), flat.stages["schedule"])
     want = s.get_map().intersect_domain(s.get_domain())
 
     def unsupported(self):

@@ -33,6 +33,8 @@ class Backend:
     grid = False
     device_arrays = False
     host = False
+    #: whether its code generator reads packed operands (``tiling/pack.py``)
+    packing = False
 
     def __repr__(self):
         return f"<polytc backend {self.name}>"

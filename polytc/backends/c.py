@@ -17,10 +17,12 @@ FUNCTION_NAME = "polytc_kernel"
 class C(Backend):
     name = "c"
     host = True
+    packing = True
     compiler = "gcc"
 
     def generate(self, b):
-        em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize)
+        em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize,
+                      b.tiling)
         code = em.function(b.ast, FUNCTION_NAME, b.fills)
         if not b.options.fp_contract:
             code = '#pragma GCC optimize ("fp-contract=off")\n' + code
@@ -42,6 +44,7 @@ def align_inputs(b) -> list:
     times: only then does an aligned copy pay for itself (a matrix-vector product reads
     each element once, and the copy would cost as much as the kernel)."""
     out = set()
+    packed = {d.facts["tensor"] for d in b.tiling if d.kind == "pack"}  # copied anyway
     for d in b.tiling:
         if d.kind != "contraction":
             continue
@@ -52,7 +55,7 @@ def align_inputs(b) -> list:
                 size = 1
                 for n in b.scop.shapes[e.tensor]:
                     size *= n
-                if points >= 16 * size:
+                if points >= 16 * size and e.tensor not in packed:
                     out.add(e.tensor)
     return [i for i, t in enumerate(b.program.inputs) if t.name in out]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy as np
 
@@ -47,13 +48,16 @@ _DIV = r"""
 }}
 """
 
-def div_helpers(q="static inline", zero="__builtin_expect(b == 0, 0)",
+def div_helpers(code: str, q="static inline", zero="__builtin_expect(b == 0, 0)",
                 fail="__atomic_store_n(err, site, __ATOMIC_RELAXED)") -> str:
-    """Checked integer division: a zero divisor records the site in ``*err`` (the
-    defaults are the C target's, whose OpenMP threads share ``err``; a GPU dialect gives
-    its function qualifier ``q`` and a plain store)."""
+    """Checked integer division for the types ``code`` divides: a zero divisor records
+    the site in ``*err`` (the defaults are the C target's, whose OpenMP threads share
+    ``err``; a GPU dialect gives its function qualifier ``q`` and a plain store)."""
     out = []
+    used = set(re.findall(r"\bpt_(?:div|rem)_(\w+?)\(", code))
     for n in INT_TYPES:
+        if n not in used:
+            continue
         t = f"{n}_t"
         if n.startswith("u"):
             ovf = rovf = ""

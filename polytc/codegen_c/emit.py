@@ -14,6 +14,9 @@ import islpy as isl
 import numpy as np
 
 from ..lang import program as P
+from .microkernel import const_bounds as _const_bounds
+from .microkernel import micro_kernel, typedefs
+from .pack import PackPrinter, packs_of
 from .cexpr import (PRELUDE, ExprPrinter, div_helpers, extremum_update, literal,
                     statement_code, target_code)
 
@@ -88,6 +91,9 @@ class Promotion:
             else:
                 return None
             items.append((inner, user))
+        vector = micro_kernel(self.em, loops, items)
+        if vector is not None:
+            return vector
         iters = [self.em.for_header(lp)[0] for lp in loops]
         red, flag = self._simd_reduction(items)
         decls, pro, body, epi = [], [], [], []
@@ -115,6 +121,8 @@ class Promotion:
                 epi.append(c.Statement(f"{target} = {acc}"))
                 continue
             it, header = self.em.for_header(inner)
+            if isinstance(printer, PackPrinter):  # a packed operand's lanes
+                printer.inner = tuple(iters) + (it,)
             lo, hi = _const_bounds(inner)
             if lo is None or _uses(" ".join(header), iters):
                 return None
@@ -154,22 +162,6 @@ def _uses(text: str, names) -> bool:
     return any(re.search(rf"\b{n}\b", text) for n in names)
 
 
-def _const_bounds(for_node):
-    """``(lo, hi)`` of a ``for (it = lo; it <= hi; it += 1)`` with constant bounds."""
-    init, cond = for_node.for_get_init(), for_node.for_get_cond()
-    inc = for_node.for_get_inc()
-    if init.get_type() != isl.ast_expr_type.int or inc.get_type() != isl.ast_expr_type.int \
-            or inc.int_get_val().to_python() != 1:
-        return None, None
-    if cond.get_type() != isl.ast_expr_type.op or cond.op_get_type() not in (_OP.le, _OP.lt):
-        return None, None
-    bound = cond.op_get_arg(1)
-    if bound.get_type() != isl.ast_expr_type.int:
-        return None, None
-    hi = bound.int_get_val().to_python() - (1 if cond.op_get_type() == _OP.lt else 0)
-    return init.int_get_val().to_python(), hi
-
-
 def _strip(text: str) -> str:
     """``(a <= b)`` -> ``a <= b`` (OpenMP wants a bare loop condition)."""
     if not (text.startswith("(") and text.endswith(")")):
@@ -187,8 +179,12 @@ class CEmitter:
     #: whether ``reduction_pragma`` is an OpenMP reduction (partial results combined)
     omp_reductions = True
 
-    def __init__(self, scop, num_threads=None, vectorize=True):
+    def __init__(self, scop, num_threads=None, vectorize=True, decisions=()):
         self.scop = scop
+        self.packs = packs_of(decisions, scop)  # copy statement -> Packed
+        self.packed: dict = {}  # statement -> {tensor: Packed}
+        for p in self.packs.values():
+            self.packed.setdefault(p.sst.name, {})[p.tensor] = p
         self.iters: list = []  # iterators of the loops around the node being emitted
         self.helpers: list = []  # outlined parallel loop bodies
         prog = scop.program
@@ -198,6 +194,7 @@ class CEmitter:
         self.by_name = {s.name: s for s in scop.stmts}
         self.sites: list = []  # (Span, what) for every run-time check, 1-based
         self.num_threads = num_threads
+        self.vector_types: set = set()  # (C type, lanes, item size) the code uses
 
     def node(self, n, pragma=None) -> list:
         t = n.get_type()
@@ -235,6 +232,12 @@ class CEmitter:
                 if n.if_has_else_node() else None
             return [c.If(cond, then, other)]
         if t == T.user:
+            call = n.user_get_expr()
+            name = call.op_get_arg(0).id_get_id().get_name()
+            if name in self.packs:
+                args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
+                return [c.Statement(self.packs[name].copy(args, self.scop.shapes, self.scop.env,
+                                                          self.sites))]
             sst, printer = self.instance(n)
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
@@ -289,8 +292,13 @@ class CEmitter:
         call = user_node.user_get_expr()
         sst = self.by_name[call.op_get_arg(0).id_get_id().get_name()]
         args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
-        return sst, ExprPrinter(self.scop.shapes, self.scop.env, dict(zip(sst.vars, args)),
-                                sst.guarded, self.sites)
+        printer = ExprPrinter(self.scop.shapes, self.scop.env, dict(zip(sst.vars, args)),
+                              sst.guarded, self.sites)
+        packed = self.packed.get(sst.name)
+        if packed is not None:
+            printer = PackPrinter(packed, self.scop.shapes, self.scop.env, printer.vars,
+                                  sst.guarded, self.sites)
+        return sst, printer
 
     def function(self, ast, fname: str, fills=None) -> str:
         """The kernel: ``int fname(inputs..., outputs..., temporaries...)``.  The runtime
@@ -309,5 +317,8 @@ class CEmitter:
                                                   [c.Value("", p) for p in params] or
                                                   [c.Value("void", "")]),
                             c.Block(body))
-        helpers = "\n\n".join(str(h) for h in self.helpers)
-        return PRELUDE + div_helpers() + "\n" + helpers + "\n\n" + str(fn) + "\n"
+        helpers = "".join(typedefs(*v) for v in sorted(self.vector_types)) + \
+            "\n".join(p.declaration() for p in self.packs.values()) + "\n\n" + \
+            "\n\n".join(str(h) for h in self.helpers)
+        code = helpers + "\n\n" + str(fn) + "\n"
+        return PRELUDE + div_helpers(code) + "\n" + code

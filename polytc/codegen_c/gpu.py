@@ -237,8 +237,8 @@ class GpuEmitter(CEmitter):
         self.node(ast)
         doubles = any(t.dtype.name == "float64" for t in self.scop.program.tensors) or \
             "double" in "".join(str(k) for k in self.kernels)
-        helpers = div_helpers(q=self.dialect.function_prefix, zero="b == 0",
+        kernels = "\n\n".join(str(k) for k in self.kernels) + "\n"
+        helpers = div_helpers(kernels, q=self.dialect.function_prefix, zero="b == 0",
                               fail="*err = site")  # err is the thread's own
-        return self.dialect.prelude(doubles) + helpers + "\n" + \
-            "\n\n".join(str(k) for k in self.kernels) + "\n"
+        return self.dialect.prelude(doubles) + helpers + "\n" + kernels
 

@@ -80,7 +80,14 @@ def member_vars(node) -> dict:
 
 
 def statements_below(node) -> list:
-    """Names of the statements whose instances reach ``node``."""
-    names = []
-    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+    """Names of the statements whose instances reach ``node`` (of a band below an
+    extension, where isl cannot tell the domain: the statements the band schedules)."""
+    names: list = []
+    try:
+        dom = node.get_domain()
+    except isl.Error:
+        if node.get_type() != isl.schedule_node_type.band:
+            raise
+        dom = node.band_get_partial_schedule_union_map().domain()
+    dom.foreach_set(lambda s: names.append(s.get_tuple_name()))
     return names

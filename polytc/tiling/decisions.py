@@ -8,8 +8,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 #: what a decision can be: the tiler's, then the mapper's
-KINDS = ("split", "contraction", "simd", "promote", "threads", "one block", "groups")
-_SIZES = ("cache", "register", "tile", "block", "reduction_tile")  # printed as 32x32
+KINDS = ("split", "contraction", "pack", "simd", "promote", "threads", "one block", "groups")
+_SIZES = ("cache", "register", "panel", "tile", "block", "reduction_tile")  # printed as 32x32
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,9 @@ class Decision:
     #: what it concerns: statement names (the tiler), the kernel's name (the mapper)
     subjects: tuple
     #: ``contraction``: ``order`` (loops outside in), ``cache`` and ``register`` tile
-    #: sizes; ``split``: ``groups`` (statement names per new band); ``threads``:
+    #: sizes; ``pack``: ``tensor``, ``buffer``, ``panel`` (Kt x NR), ``panels``, ``copy``
+    #: (and, for the code generator, the layout in facts named ``_...``, not printed);
+    #: ``split``: ``groups`` (statement names per new band); ``threads``:
     #: ``tile``, ``block``, ``reduction_tile``; ``one block``: ``block``; ``groups``: ``grid``
     facts: Mapping = field(default_factory=lambda: MappingProxyType({}))
 
@@ -33,5 +35,5 @@ class Decision:
 
     def __str__(self):
         facts = "".join(f"; {k} {'x'.join(map(str, v)) if k in _SIZES and v else v}"
-                        for k, v in self.facts.items())
+                        for k, v in self.facts.items() if not k.startswith("_"))
         return f"{self.kind} {', '.join(self.subjects)}{facts}"

@@ -26,6 +26,8 @@ from ..lang.ranges import Interval
 from ..poly import transform as T
 from .decisions import Decision
 from .machine import Machine
+from .pack import _names, _names_of, pack
+from .pack import operand as operand_of
 
 
 @dataclass(frozen=True)
@@ -34,14 +36,29 @@ class Sizes:
     register: tuple  # (MR, NR)
 
 
-def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine) -> Sizes:
-    """Register tile from the vector registers, cache tiles from L1/L2."""
+def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False) -> Sizes:
+    """Register tile from the vector registers, cache tiles from L1/L2.
+
+    With a packed vector operand the sizes follow the analytical BLIS model: the
+    micro-panel of the operand (``Tk x NR``) fills half of L1 and stays there while the
+    ``i`` register tiles pass over it, the block of the broadcast operand (``Ti x Tk``)
+    stays in half of L2, and ``Ti`` is as tall as that allows while every core gets an
+    equal share (each tile packs the operand once more: as few tiles as possible)."""
     lanes = m.lanes(itemsize)
     nvec = 4 if m.vector_registers >= 32 else 2
     nr = lanes * nvec
     if ext_j < nr:
         nr = max(1, min(ext_j, lanes * -(-ext_j // lanes)))
     mr = max(1, min(6, ext_i))
+    if packed:
+        tk = min(ext_k, max(16, (m.l1 // 2) // (itemsize * nr)))
+        most = max(1, (m.l2 // 2) // (itemsize * tk * mr))  # register tiles in Ti
+        shares = m.cores
+        while -(-ext_i // (shares * mr)) > most:
+            shares += m.cores
+        ti = -(-ext_i // shares)
+        tj = nr * max(1, min(8, -(-ext_j // nr)))
+        return Sizes((ti, tj, tk), (mr, nr))
     tk = min(ext_k, max(16, (m.l2 // 8) // (itemsize * max(nr, 1) * 4)))
     tj = nr * max(1, min(4, -(-ext_j // nr)))
     ti = _balanced(ext_i, mr, m.cores)
@@ -65,8 +82,10 @@ def _balanced(ext: int, step: int, cores: int, most: int = 16) -> int:
 
 
 class Tiler:
-    def __init__(self, scop, options, machine: Machine):
+    def __init__(self, scop, options, machine: Machine, pack: bool = False):
         self.scop, self.options, self.machine = scop, options, machine
+        self.pack = pack  # copy contractions' vector operands into micro-panels
+        self.packs = 0
         self.by_name = {s.name: s for s in scop.stmts}
         self.report: list = []  # Decisions: what was done, for explain() and tests
 
@@ -203,7 +222,8 @@ class Tiler:
 
     # --- contractions ----------------------------------------------------------------
     def contraction(self, node, sst, vars_, coinc):
-        """Tile a contraction band; ``None`` when it has no unit-stride result dimension."""
+        """Tile a contraction band; ``None`` when no operand can be loaded as vectors
+        along the result's unit-stride dimension ``j``."""
         n = len(coinc)
         j_var = self.target_var(sst)
         par = [m for m in range(n) if coinc[m]]
@@ -213,14 +233,19 @@ class Tiler:
             return None
         reads = P.reads(sst.stmt.rhs)
         jname = sst.vars[j_var]
-        if not any(r.indices and jname in _index_names_of(r.indices[-1]) for r in reads):
-            # no input is unit-stride along j (A B^T, or a dot product per row): vector
-            # loads along j would be gathers; the reduction is vectorised instead
-            return None
         # i: a parallel member some read does not depend on (register reuse), largest
         cands = [m for m in par if m != j and any(
-            sst.vars[vars_[m]] not in _index_names(r) for r in reads)]
+            sst.vars[vars_[m]] not in _names(r) for r in reads)]
         i = max(cands, key=lambda m: self.extent(sst, vars_[m])) if cands else None
+        operand = None
+        if self.pack and i is not None and sorted(vars_) == list(range(len(sst.vars))) \
+                and self.options.vectorize and self.nonnegative(sst):
+            operand = operand_of(sst, jname, sst.vars[vars_[i]])
+        if operand is None and not any(
+                r.indices and jname in _names_of(r.indices[-1]) for r in reads):
+            # no input is unit-stride along j (A B^T, or a dot product per row), and none
+            # to pack: vector loads along j would be gathers; the reduction is vectorised
+            return None
         lead = [i] if i is not None else []
         outer = [m for m in par if m not in (i, j)]
         order = outer + lead + [j] + red
@@ -228,23 +253,41 @@ class Tiler:
         ext = [self.extent(sst, vars_[m]) for m in order]
         p_red = len(outer) + len(lead) + 1
         k_big = max(range(len(red)), key=lambda r: ext[p_red + r])
+        itemsize = sst.stmt.rhs.dtype.np_dtype.itemsize
         sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
-                          sst.stmt.rhs.dtype.np_dtype.itemsize, self.machine)
+                          itemsize, self.machine, packed=operand is not None)
         if self.options.tile:
             sz = Sizes(tuple(self.options.tile), sz.register)
         if self.options.register_tile:
             sz = Sizes(sz.cache, tuple(self.options.register_tile))
         mr, nr = sz.register
         ti, tj, tk = sz.cache
-        ti, tj = _round_up(ti, mr), _round_up(tj, nr)
+        tj = _round_up(tj, nr)
+        if operand is None:  # packed: Ti divides i evenly (full cache tiles, one loop)
+            ti = _round_up(ti, mr)
         cache = [1] * len(outer) + ([ti] if lead else []) + [tj] + [
             tk if r == k_big else ext[p_red + r] for r in range(len(red))]
         cache = [min(c, e) if e > 0 else c for c, e in zip(cache, ext)]
-        node = T.tile(node, cache)
-        node = T.isolate_full_tiles(node, cache)
+        if operand is not None and ext[p_red - 1] < nr:
+            operand = None  # narrower than one panel: nothing to gain
+        if operand is not None:  # whole panels: a partial one is padded, not cut
+            cache[p_red - 1] = min(tj, _round_up(ext[p_red - 1], nr))
         reg = [1] * len(outer) + ([mr] if lead else []) + [nr] + [1] * len(red)
         reg = [min(r, c) for r, c in zip(reg, cache)]
-        regn = T.tile(node.child(0), reg)
+        packed = operand is not None and reg[p_red - 1] == nr and cache[p_red - 1] % nr == 0
+        node = T.tile(node, cache)
+        node = T.isolate_full_tiles(node, cache)
+        point = node.child(0)
+        if packed:
+            point, decision = pack(point, sst, operand, [vars_[m] for m in order], cache,
+                                   p_red - 1, p_red, nr, self.packs, itemsize)
+            self.packs += 1
+            self.report.append(decision)
+        regn = T.tile(point, reg)
+        if operand is not None and lead:  # j's register tiles outside i's: the micro-
+            swap = list(range(n))  # panel of the packed operand stays in L1 across i
+            swap[p_red - 2], swap[p_red - 1] = swap[p_red - 1], swap[p_red - 2]
+            regn = T.permute(regn, swap)
         regn = T.isolate_full_tiles(regn, reg)  # full register tiles in partial cache tiles
         regn = regn.band_split(p_red).child(0)  # the reduction loops of a register tile
         regn = T.mark(regn, "promote")
@@ -259,6 +302,12 @@ class Tiler:
         self.report.append(Decision("contraction", [sst.name], {"order": order, "cache": cache,
                                                                "register": reg}))
         return inner
+
+    def nonnegative(self, sst) -> bool:
+        """Whether every index of the statement is >= 0 (tiles then start at multiples
+        of their size, and offsets in a tile are indices modulo the tile size)."""
+        dom = sst.domain
+        return all(dom.dim_min_val(d).is_nonneg() for d in range(dom.dim(isl.dim_type.set)))
 
     # --- innermost loops -------------------------------------------------------------
     def mark_inner(self, node, ssts, mv, coinc):
@@ -290,14 +339,8 @@ def _round_up(x, m):
     return -(-x // m) * m if m > 0 else x
 
 
-def _index_names_of(e) -> set:
-    return {x.name for x in P.walk(e) if isinstance(x, P.Index)}
 
 
-def _index_names(read) -> set:
-    return set().union(*(_index_names_of(s) for s in read.indices)) if read.indices else set()
-
-
-def tile_schedule(schedule, scop, options, machine):
-    t = Tiler(scop, options, machine)
+def tile_schedule(schedule, scop, options, machine, pack=False):
+    t = Tiler(scop, options, machine, pack)
     return t.run(schedule), t.report

@@ -1,0 +1,184 @@
+"""The register tile of a contraction as an explicit-vector micro-kernel.
+
+Under a ``promote`` mark the tiler leaves ``MR`` unrolled rows, each a ``simd`` loop of
+``NR`` lanes inside the reduction loops (``tiling/strategy.py``).  When ``NR`` is a
+multiple of the machine's vector length and the update is ``acc += expr`` over ``+ - *``
+of reads and constants, the tile is written with GCC vector types instead of loops:
+``MR x NR / V`` accumulator variables (which gcc keeps in registers, where accumulator
+arrays end up on the stack as soon as anything else in the loop is less simple), and
+per reduction step one vector load per lane-dependent read and one broadcast per
+lane-independent read, combined by FMAs.  A read depends on the lanes when its index
+varies with them, and it must then be unit-stride: its last subscript is the lane
+dimension plus terms without it, and no other subscript mentions it (a packed operand
+always is).  The vector length comes from the CPU (``tiling.machine``); with no vector
+unit, or when the pattern does not hold, ``None`` and the loops are generated as they are.
+"""
+from __future__ import annotations
+
+import re
+
+import cgen as c
+import islpy as isl
+
+from ..lang import program as P
+from ..tiling.machine import host
+from .cexpr import target_code
+from .pack import PackPrinter
+
+_OPS = ("+", "-", "*")
+_OP = isl.ast_expr_op_type
+
+
+def vector_type(ctype: str, lanes: int) -> tuple[str, str]:
+    """The names of the aligned and the unaligned vector type of ``lanes`` x ``ctype``."""
+    base = f"pt_v{lanes}{ctype[0]}"
+    return base, base + "u"
+
+
+def typedefs(ctype: str, lanes: int, itemsize: int) -> str:
+    v, u = vector_type(ctype, lanes)
+    n = lanes * itemsize
+    return (f"typedef {ctype} {v} __attribute__((vector_size({n})));\n"
+            f"typedef {ctype} {u} __attribute__((vector_size({n}), aligned({itemsize}), "
+            f"may_alias));\n")
+
+
+def _lane_stride(read, jname: str):
+    """0 when the read does not depend on ``jname``, 1 when it is unit-stride along it,
+    None otherwise."""
+    def names(e):
+        return {x.name for x in P.walk(e) if isinstance(x, P.Index)}
+    subs = read.indices
+    if not subs or not any(jname in names(s) for s in subs):
+        return 0
+    if any(jname in names(s) for s in subs[:-1]):
+        return None
+    last = subs[-1]
+    while isinstance(last, P.Convert):
+        last = last.value
+    if isinstance(last, P.Index) and last.name == jname:
+        return 1
+    if isinstance(last, P.Bin) and last.op in ("+", "-"):
+        a, b = last.lhs, last.rhs
+        if isinstance(a, P.Index) and a.name == jname and jname not in names(b):
+            return 1
+        if last.op == "+" and isinstance(b, P.Index) and b.name == jname and \
+                jname not in names(a):
+            return 1
+    return None
+
+
+def _vectorisable(e) -> bool:
+    if isinstance(e, (P.Read, P.Const)):
+        return True
+    if isinstance(e, P.Bin):
+        return e.op in _OPS and _vectorisable(e.lhs) and _vectorisable(e.rhs)
+    if isinstance(e, P.Neg):
+        return _vectorisable(e.value)
+    return False
+
+
+class _VectorReads:
+    """Prints one lane group: lane-dependent reads as vector loads."""
+
+    def __init__(self, printer, vecs: set, utype: str):
+        self.printer, self.vecs, self.utype = printer, vecs, utype
+        self.inner_expr = printer.expr
+        printer.expr = self.expr  # reads reached through binary() come back here
+
+    def expr(self, e, subscript=False):
+        text = self.inner_expr(e, subscript)
+        if isinstance(e, P.Read) and id(e) in self.vecs:
+            return f"(*(const {self.utype} *)&{text})"
+        return text
+
+
+def micro_kernel(em, loops, items):
+    """The vector code of a register tile (see the module's text), or None."""
+    if not em.vectorize or not items or any(inner is None for inner, _ in items):
+        return None
+    bounds = {const_bounds(inner) for inner, _ in items}
+    if len(bounds) != 1:
+        return None
+    lo, hi = bounds.pop()
+    if lo is None:
+        return None
+    width = hi - lo + 1
+    rows = []
+    for inner, user in items:
+        sst, printer = em.instance(user)
+        st = sst.stmt
+        if sst.kind != "body" or st.op != "+" or not st.rhs.dtype.is_float or \
+                not _vectorisable(st.rhs) or any(r.tensor == st.tensor for r in P.reads(st.rhs)):
+            return None
+        rows.append((inner, sst, printer))
+    itemsize = rows[0][1].stmt.rhs.dtype.np_dtype.itemsize
+    ctype = rows[0][1].stmt.rhs.dtype.c_name
+    lanes = host().lanes(itemsize)
+    if lanes < 2 or width % lanes or len({r[1].stmt.rhs.dtype for r in rows}) != 1:
+        return None
+    vtype, utype = vector_type(ctype, lanes)
+    iters = [em.for_header(lp)[0] for lp in loops]
+    decls, body, epi = [], [], []
+    for u, (inner, sst, printer) in enumerate(rows):
+        lane = em.for_header(inner)[0]
+        jvars = [v for v, x in printer.vars.items() if re.search(rf"\b{lane}\b", x)]
+        if len(jvars) != 1:
+            return None
+        vecs = set()
+        for r in P.reads(sst.stmt.rhs):
+            packed = printer.packed.get(r.tensor) if isinstance(printer, PackPrinter) \
+                else None
+            stride = _lane_stride(r, jvars[0]) if packed is None else \
+                int(packed.sst.vars[packed.jvar] == jvars[0])
+            if stride is None:
+                return None
+            if stride:
+                vecs.add(id(r))
+        idx = list(sst.stmt.indices)
+        if not idx or idx[-1] != jvars[0] or jvars[0] in idx[:-1]:
+            return None  # the accumulators are not unit-stride rows of the result
+        for v in range(width // lanes):
+            at = f"{lo + v * lanes}L"
+            vars_ = {k: re.sub(rf"\b{lane}\b", at, x) for k, x in printer.vars.items()}
+            p = _printer_at(printer, vars_)
+            if isinstance(p, PackPrinter):
+                p.inner = tuple(iters)
+            target = target_code(sst, p)
+            if any(re.search(rf"\b{i}\b", target) for i in iters):
+                return None
+            acc = f"pt_a{u}_{v}"
+            decls.append(c.Statement(f"{vtype} {acc} = *(const {utype} *)&{target}"))
+            _VectorReads(p, vecs, utype)
+            body.append(c.Statement(f"{acc} += {p.expr(sst.stmt.rhs)}"))
+            epi.append(c.Statement(f"*({utype} *)&{target} = {acc}"))
+    em.vector_types.add((ctype, lanes, itemsize))
+    nest = body
+    for lp in reversed(loops):
+        nest = [c.For(*em.for_header(lp)[1], c.Block(nest))]
+    return [c.Block(decls + nest + epi)]
+
+
+def _printer_at(printer, vars_):
+    """A copy of ``printer`` with other iterator values (the same class and facts)."""
+    p = object.__new__(type(printer))
+    p.__dict__.update(printer.__dict__)
+    p.vars = vars_
+    return p
+
+
+def const_bounds(for_node):
+    """``(lo, hi)`` of a ``for (it = lo; it <= hi; it += 1)`` with constant bounds."""
+    init, cond = for_node.for_get_init(), for_node.for_get_cond()
+    inc = for_node.for_get_inc()
+    if init.get_type() != isl.ast_expr_type.int or inc.get_type() != isl.ast_expr_type.int \
+            or inc.int_get_val().to_python() != 1:
+        return None, None
+    if cond.get_type() != isl.ast_expr_type.op or \
+            cond.op_get_type() not in (_OP.le, _OP.lt):
+        return None, None
+    bound = cond.op_get_arg(1)
+    if bound.get_type() != isl.ast_expr_type.int:
+        return None, None
+    hi = bound.int_get_val().to_python() - (1 if cond.op_get_type() == _OP.lt else 0)
+    return init.int_get_val().to_python(), hi

@@ -1,0 +1,107 @@
+"""Packing of a contraction's vector operand into contiguous micro-panels (the C target).
+
+In a register-tiled contraction ``C(i, j) += A(i, k) * B(k, j)`` the micro-kernel reads,
+at every ``k``, ``NR`` consecutive ``j`` of the *vector operand* ``B`` (the read that
+depends on ``j`` and not on ``i``) and broadcasts ``MR`` elements of ``A``.  Read in
+place, ``B``'s rows lie a whole row apart: the ``Tk`` rows of one micro-panel map to a
+few cache sets and evict each other, and a transposed operand (``B(j, k)``) cannot be
+loaded as vectors at all.  So, as BLIS and Polly's matmul optimisation do, each cache
+tile of ``B`` is copied into a buffer laid out as the micro-kernel reads it:
+
+    pack[p][k][l] = B at (j = tile_j + NR * p + l, k = tile_k + k)      (p < Tj / NR)
+
+The copy is an isl *extension* grafted below the cache-tile band (the machinery of the
+GPU backend's shared-memory promotion): for every cache tile, the statement ``packN``
+with instances ``packN[t..., p, k..., l]`` (``t``: the tile's prefix, i.e. its origin;
+then the offsets inside it) runs before the tile's compute, in loops isl generates
+with exact bounds for partial tiles.  Its band puts the operand's unit-stride dimension
+innermost, so the copy reads memory contiguously (and ``l`` innermost writes the buffer
+contiguously).  The code generator writes reads of the operand by the contraction as
+``pt_packN[...]`` (``codegen_c/pack.py``).  The offsets in a tile equal the indices
+modulo the tile sizes: tiles start at multiples of their size, and the indices are
+non-negative.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from ..lang import program as P
+from .decisions import Decision
+
+
+def operand(sst, lane, other):
+    """The read of a contraction that packing copies along the index ``lane``: the one
+    read depending on ``lane`` and not on ``other`` (``B(k, j)`` for ``j`` and ``i``, the
+    vector operand; ``A(i, k)`` for ``i`` and ``j``, the broadcast operand), of a tensor
+    read once, with no run-time check; else None."""
+    reads = P.reads(sst.stmt.rhs)
+    found = [r for r in reads if lane in _names(r)]
+    if len(found) != 1:
+        return None
+    r = found[0]
+    if other in _names(r) or id(r) in sst.guarded or \
+            sum(x.tensor == r.tensor for x in reads) != 1 or not r.indices:
+        return None
+    return r
+
+
+def _names(read) -> set:
+    return set().union(*(_names_of(s) for s in read.indices)) if read.indices else set()
+
+
+def pack(node, sst, read, members, cache, jpos, red0, nr, count, itemsize):
+    """Graft the copy of ``read``'s tile at ``node`` (the child of the cache-tile band,
+    whose member ``m`` schedules the statement's index ``members[m]`` in tiles of
+    ``cache[m]``; the reductions are the last ``len(members) - red0`` members); returns
+    the node at the same position and the ``pack`` Decision (the facts whose name
+    starts with ``_`` tell the code generator the layout).  ``jpos``: the member whose
+    ``nr`` consecutive values are a panel's lanes (``j`` for the vector operand, ``i``
+    for the broadcast operand)."""
+    ctx = node.get_ctx()
+    name = f"pack{count}"
+    depth = node.get_schedule_depth()
+    base = depth - len(members)  # prefix position of the tile band's first member
+    pos = {v: base + p for p, v in enumerate(members)}  # statement index -> prefix
+    j, tj = members[jpos], cache[jpos]
+    red = list(zip(members[red0:], cache[red0:]))
+    kt = 1
+    for _v, t in red:
+        kt *= t
+    # { [t] -> X[j, reductions] } for this node's instances, then offsets in the tile
+    xs = ", ".join(f"x{d}" for d in range(len(sst.vars)))
+    absm = isl.UnionMap.read_from_str(
+        ctx, f"{{ {sst.name}[{xs}] -> X[x{j}{''.join(f', x{v}' for v, _ in red)}] }}")
+    prefix = node.get_prefix_schedule_union_map().intersect_domain(node.get_domain())
+    ext_abs = prefix.reverse().apply_range(absm)
+    ts = [f"t{d}" for d in range(depth)]
+    ks = [f"k{r}" for r in range(len(red))]
+    off_j = f"(aj - t{pos[j]})"
+    rel = [f"floor({off_j}/{nr})"] + [f"{k} - t{pos[v]}" for k, (v, _) in zip(ks, red)] + \
+        [f"{off_j} - {nr}*floor({off_j}/{nr})"]
+    to_rel = isl.UnionMap.read_from_str(
+        ctx, f"{{ [[{', '.join(ts)}] -> X[aj{''.join(', ' + k for k in ks)}]] -> "
+             f"[[{', '.join(ts)}] -> {name}[{', '.join(ts + rel)}]] }}")
+    ext = ext_abs.wrap().apply(to_rel).unwrap()
+    # the copy's loops: panels, the reductions, lanes innermost; when the operand is
+    # contiguous along a reduction index instead (B(j, k)), that one innermost
+    last = _names_of(read.indices[-1])
+    contig_j = sst.vars[j] in last
+    inner = [r for r, (v, _) in enumerate(red) if sst.vars[v] in last]
+    if contig_j or not inner:
+        band = ["p"] + ks + ["l"]
+    else:
+        band = ["p", "l"] + [k for r, k in enumerate(ks) if r != inner[0]] + [ks[inner[0]]]
+    tup = ", ".join(ts + ["p"] + ks + ["l"])
+    sched = isl.UnionMap.read_from_str(ctx, f"{{ {name}[{tup}] -> [{', '.join(band)}] }}")
+    graft = isl.ScheduleNode.from_extension(ext).child(0)
+    graft = graft.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(sched))
+    node = node.graft_before(graft.root())
+    facts = {"tensor": read.tensor, "buffer": f"pt_{name}", "panel": (kt, nr),
+             "panels": tj // nr, "copy": "contiguous" if contig_j or not inner else
+             "transposing", "_name": name, "_j": j, "_red": tuple(red), "_tj": tj,
+             "_nr": nr, "_pos": tuple(sorted(pos.items())), "_itemsize": itemsize}
+    return node, Decision("pack", [sst.name], facts)
+
+
+def _names_of(e) -> set:
+    return {x.name for x in P.walk(e) if isinstance(x, P.Index)}
