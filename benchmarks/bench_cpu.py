@@ -788,13 +788,12 @@ class Worker:
 
     def code(self) -> str:
         """The worker process's program."""
-        return (f"import sys; sys.path.insert(0, {HERE!r}); import bench_cpu; "
-                f"sys.exit(bench_cpu.worker_main({self.family!r}, {self.threads}, "
-                f"{self.malloc}))")
+        return (f"import bench_cpu; sys.exit(bench_cpu.worker_main({self.family!r}, "
+                f"{self.threads}, {self.malloc}))")
 
     def start(self):
         self.tail.clear()
-        self.proc = subprocess.Popen([sys.executable, "-c", self.code()],
+        self.proc = subprocess.Popen(common.child_command(HERE, self.code()),
                                      stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # forward the worker's stderr (warnings, autotune's progress) and keep its tail

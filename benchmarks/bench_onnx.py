@@ -33,7 +33,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(1, os.path.dirname(HERE))  # polytc from this checkout when not installed
+sys.path.append(os.path.dirname(HERE))  # polytc from this checkout when not installed
 import bench_cpu  # noqa: E402  (its worker machinery)
 import common  # noqa: E402
 
@@ -167,8 +167,8 @@ class Worker(bench_cpu.Worker):
     """bench_cpu's handle on a worker process, running this module's loop."""
 
     def code(self) -> str:
-        return (f"import sys; sys.path.insert(0, {HERE!r}); import bench_onnx; "
-                f"sys.exit(bench_onnx.worker_main({self.family!r}, {self.threads}))")
+        return f"import bench_onnx; sys.exit(bench_onnx.worker_main({self.family!r}, " \
+            f"{self.threads}))"
 
 
 # --- compile times ----------------------------------------------------------------------
@@ -189,11 +189,10 @@ def probe_main(path: str, feeds_path: str) -> None:
 
 def compile_time(path: str, feeds_path: str, cache_dir: str, timeout: float = 1800) -> float:
     """compile + first run in a fresh process with ``POLYTC_CACHE_DIR=cache_dir``."""
-    code = (f"import sys; sys.path.insert(0, {HERE!r}); import bench_onnx; "
-            f"bench_onnx.probe_main({path!r}, {feeds_path!r})")
+    code = f"import bench_onnx; bench_onnx.probe_main({path!r}, {feeds_path!r})"
     env = dict(os.environ, POLYTC_CACHE_DIR=cache_dir)
     env.pop("POLYTC_NO_DISK_CACHE", None)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+    r = subprocess.run(common.child_command(HERE, code), capture_output=True, text=True, env=env,
                        timeout=timeout)
     for line in r.stdout.splitlines():
         if line.startswith("PROBE "):

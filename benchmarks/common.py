@@ -25,6 +25,7 @@ import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -306,6 +307,14 @@ def worker_channel():
             yield msg
 
     return send, receive
+
+
+def child_command(here: str, code: str) -> list:
+    """``python -c code`` for a helper process that imports what this process imports:
+    ``-c`` would put the current directory first on ``sys.path`` (a checkout run from
+    would shadow the polytc chosen by ``PYTHONPATH`` or the venv); the child's first
+    entry is the benchmarks directory instead, as the parent's is."""
+    return [sys.executable, "-c", f"import sys; sys.path[0] = {here!r}; {code}"]
 
 
 def load_average() -> float:

@@ -119,6 +119,10 @@ class ExprPrinter:
     def __init__(self, shapes: dict, env: dict, vars: dict, guarded: frozenset, sites: list):
         self.shapes, self.env, self.vars = shapes, env, vars
         self.guarded, self.sites = guarded, sites
+        #: reads (by ``id``) printed as loads of ``vector_type`` from their element's
+        #: address (the micro-kernel's lane-dependent reads, ``microkernel.py``)
+        self.vector_reads: frozenset = frozenset()
+        self.vector_type = ""
 
     def literal(self, value, t: ScalarType) -> str:
         return literal(value, t)
@@ -144,6 +148,11 @@ class ExprPrinter:
             lin = s if lin is None else f"({lin}) * {n}L + ({s})"
         return f"{tensor}[{lin}]"
 
+    def read(self, e: P.Read) -> str:
+        """The element a read takes."""
+        return self.element(e.tensor, [self.sub(s) for s in e.indices], id(e) in self.guarded,
+                            e.span)
+
     def sub(self, e) -> str:
         return f"(long)({self.expr(e, subscript=True)})"
 
@@ -156,8 +165,10 @@ class ExprPrinter:
         if isinstance(e, P.Size):
             return str(self.env[e.name])
         if isinstance(e, P.Read):
-            subs = [self.sub(s) for s in e.indices]
-            return self.element(e.tensor, subs, id(e) in self.guarded, e.span)
+            text = self.read(e)
+            if id(e) in self.vector_reads:
+                return f"(*(const {self.vector_type} *)&{text})"
+            return text
         if isinstance(e, P.Convert):
             inner = self.expr(e.value, subscript)
             if e.dtype == BOOL:

@@ -292,13 +292,13 @@ class CEmitter:
         call = user_node.user_get_expr()
         sst = self.by_name[call.op_get_arg(0).id_get_id().get_name()]
         args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
-        printer = ExprPrinter(self.scop.shapes, self.scop.env, dict(zip(sst.vars, args)),
-                              sst.guarded, self.sites)
+        return sst, self.printer(sst, dict(zip(sst.vars, args)))
+
+    def printer(self, sst, vars: dict) -> ExprPrinter:
+        """An expression printer of ``sst`` at the index values ``vars`` (C text)."""
+        args = (self.scop.shapes, self.scop.env, vars, sst.guarded, self.sites)
         packed = self.packed.get(sst.name)
-        if packed is not None:
-            printer = PackPrinter(packed, self.scop.shapes, self.scop.env, printer.vars,
-                                  sst.guarded, self.sites)
-        return sst, printer
+        return ExprPrinter(*args) if packed is None else PackPrinter(packed, *args)
 
     def function(self, ast, fname: str, fills=None) -> str:
         """The kernel: ``int fname(inputs..., outputs..., temporaries...)``.  The runtime

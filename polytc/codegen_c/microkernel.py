@@ -46,8 +46,7 @@ def typedefs(ctype: str, lanes: int, itemsize: int) -> str:
 def _lane_stride(read, jname: str):
     """0 when the read does not depend on ``jname``, 1 when it is unit-stride along it,
     None otherwise."""
-    def names(e):
-        return {x.name for x in P.walk(e) if isinstance(x, P.Index)}
+    names = P.index_names
     subs = read.indices
     if not subs or not any(jname in names(s) for s in subs):
         return 0
@@ -76,21 +75,6 @@ def _vectorisable(e) -> bool:
     if isinstance(e, P.Neg):
         return _vectorisable(e.value)
     return False
-
-
-class _VectorReads:
-    """Prints one lane group: lane-dependent reads as vector loads."""
-
-    def __init__(self, printer, vecs: set, utype: str):
-        self.printer, self.vecs, self.utype = printer, vecs, utype
-        self.inner_expr = printer.expr
-        printer.expr = self.expr  # reads reached through binary() come back here
-
-    def expr(self, e, subscript=False):
-        text = self.inner_expr(e, subscript)
-        if isinstance(e, P.Read) and id(e) in self.vecs:
-            return f"(*(const {self.utype} *)&{text})"
-        return text
 
 
 def micro_kernel(em, loops, items):
@@ -141,7 +125,7 @@ def micro_kernel(em, loops, items):
         for v in range(width // lanes):
             at = f"{lo + v * lanes}L"
             vars_ = {k: re.sub(rf"\b{lane}\b", at, x) for k, x in printer.vars.items()}
-            p = _printer_at(printer, vars_)
+            p = em.printer(sst, vars_)
             if isinstance(p, PackPrinter):
                 p.inner = tuple(iters)
             target = target_code(sst, p)
@@ -149,7 +133,7 @@ def micro_kernel(em, loops, items):
                 return None
             acc = f"pt_a{u}_{v}"
             decls.append(c.Statement(f"{vtype} {acc} = *(const {utype} *)&{target}"))
-            _VectorReads(p, vecs, utype)
+            p.vector_reads, p.vector_type = frozenset(vecs), utype
             body.append(c.Statement(f"{acc} += {p.expr(sst.stmt.rhs)}"))
             epi.append(c.Statement(f"*({utype} *)&{target} = {acc}"))
     em.vector_types.add((ctype, lanes, itemsize))
@@ -157,14 +141,6 @@ def micro_kernel(em, loops, items):
     for lp in reversed(loops):
         nest = [c.For(*em.for_header(lp)[1], c.Block(nest))]
     return [c.Block(decls + nest + epi)]
-
-
-def _printer_at(printer, vars_):
-    """A copy of ``printer`` with other iterator values (the same class and facts)."""
-    p = object.__new__(type(printer))
-    p.__dict__.update(printer.__dict__)
-    p.vars = vars_
-    return p
 
 
 def const_bounds(for_node):

@@ -89,10 +89,10 @@ class PackPrinter(ExprPrinter):
         #: iterators of the loops of a register tile (see ``Packed.read_at``)
         self.inner: tuple = ()
 
-    def expr(self, e, subscript=False) -> str:
-        if isinstance(e, P.Read) and e.tensor in self.packed:
+    def read(self, e) -> str:
+        if e.tensor in self.packed:
             return self.packed[e.tensor].read_at(self.vars, self.inner)
-        return super().expr(e, subscript)
+        return super().read(e)
 
 
 def packs_of(decisions, scop) -> dict:

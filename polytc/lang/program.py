@@ -140,6 +140,11 @@ def walk(e):
         yield from walk(c)
 
 
+def index_names(*exprs) -> set:
+    """The names of the indices the expressions use."""
+    return {x.name for e in exprs for x in walk(e) if isinstance(x, Index)}
+
+
 def reads(e) -> list:
     """Every tensor read in ``e``, subscripts included."""
     return [x for x in walk(e) if isinstance(x, Read)]

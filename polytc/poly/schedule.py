@@ -125,7 +125,7 @@ def has_contraction(scop: Scop) -> bool:
         if len(st.indices) < 2 or not st.reduction_vars:
             continue
         for r in P.reads(st.rhs):
-            used = {x.name for i in r.indices for x in P.walk(i) if isinstance(x, P.Index)}
+            used = P.index_names(*r.indices)
             if set(st.indices) - used:
                 return True
     return False

@@ -29,41 +29,37 @@ from ..lang import program as P
 from .decisions import Decision
 
 
-def operand(sst, lane, other):
-    """The read of a contraction that packing copies along the index ``lane``: the one
-    read depending on ``lane`` and not on ``other`` (``B(k, j)`` for ``j`` and ``i``, the
-    vector operand; ``A(i, k)`` for ``i`` and ``j``, the broadcast operand), of a tensor
-    read once, with no run-time check; else None."""
+def vector_operand(sst, j, i):
+    """The read of a contraction that packing copies: the one read depending on the
+    index ``j`` (and not on ``i``), of a tensor read once, with no run-time check; else
+    None."""
     reads = P.reads(sst.stmt.rhs)
-    found = [r for r in reads if lane in _names(r)]
+    found = [r for r in reads if j in P.index_names(*r.indices)]
     if len(found) != 1:
         return None
     r = found[0]
-    if other in _names(r) or id(r) in sst.guarded or \
+    if i in P.index_names(*r.indices) or id(r) in sst.guarded or \
             sum(x.tensor == r.tensor for x in reads) != 1 or not r.indices:
         return None
     return r
 
 
-def _names(read) -> set:
-    return set().union(*(_names_of(s) for s in read.indices)) if read.indices else set()
 
 
-def pack(node, sst, read, members, cache, jpos, red0, nr, count, itemsize):
+def pack(node, sst, read, members, cache, jpos, nr, count):
     """Graft the copy of ``read``'s tile at ``node`` (the child of the cache-tile band,
     whose member ``m`` schedules the statement's index ``members[m]`` in tiles of
-    ``cache[m]``; the reductions are the last ``len(members) - red0`` members); returns
-    the node at the same position and the ``pack`` Decision (the facts whose name
-    starts with ``_`` tell the code generator the layout).  ``jpos``: the member whose
-    ``nr`` consecutive values are a panel's lanes (``j`` for the vector operand, ``i``
-    for the broadcast operand)."""
+    ``cache[m]``; ``jpos``: the ``j`` member, whose ``nr`` consecutive values are a
+    panel's lanes, the reductions follow it); returns the node at the same position and
+    the ``pack`` Decision (the facts whose name starts with ``_`` tell the code
+    generator the layout)."""
     ctx = node.get_ctx()
     name = f"pack{count}"
     depth = node.get_schedule_depth()
     base = depth - len(members)  # prefix position of the tile band's first member
     pos = {v: base + p for p, v in enumerate(members)}  # statement index -> prefix
     j, tj = members[jpos], cache[jpos]
-    red = list(zip(members[red0:], cache[red0:]))
+    red = list(zip(members[jpos + 1:], cache[jpos + 1:]))
     kt = 1
     for _v, t in red:
         kt *= t
@@ -84,7 +80,7 @@ def pack(node, sst, read, members, cache, jpos, red0, nr, count, itemsize):
     ext = ext_abs.wrap().apply(to_rel).unwrap()
     # the copy's loops: panels, the reductions, lanes innermost; when the operand is
     # contiguous along a reduction index instead (B(j, k)), that one innermost
-    last = _names_of(read.indices[-1])
+    last = P.index_names(read.indices[-1])
     contig_j = sst.vars[j] in last
     inner = [r for r, (v, _) in enumerate(red) if sst.vars[v] in last]
     if contig_j or not inner:
@@ -99,9 +95,5 @@ def pack(node, sst, read, members, cache, jpos, red0, nr, count, itemsize):
     facts = {"tensor": read.tensor, "buffer": f"pt_{name}", "panel": (kt, nr),
              "panels": tj // nr, "copy": "contiguous" if contig_j or not inner else
              "transposing", "_name": name, "_j": j, "_red": tuple(red), "_tj": tj,
-             "_nr": nr, "_pos": tuple(sorted(pos.items())), "_itemsize": itemsize}
+             "_nr": nr, "_pos": tuple(sorted(pos.items()))}
     return node, Decision("pack", [sst.name], facts)
-
-
-def _names_of(e) -> set:
-    return {x.name for x in P.walk(e) if isinstance(x, P.Index)}

@@ -26,8 +26,7 @@ from ..lang.ranges import Interval
 from ..poly import transform as T
 from .decisions import Decision
 from .machine import Machine
-from .pack import _names, _names_of, pack
-from .pack import operand as operand_of
+from .pack import pack, vector_operand
 
 
 @dataclass(frozen=True)
@@ -235,14 +234,14 @@ class Tiler:
         jname = sst.vars[j_var]
         # i: a parallel member some read does not depend on (register reuse), largest
         cands = [m for m in par if m != j and any(
-            sst.vars[vars_[m]] not in _names(r) for r in reads)]
+            sst.vars[vars_[m]] not in P.index_names(*r.indices) for r in reads)]
         i = max(cands, key=lambda m: self.extent(sst, vars_[m])) if cands else None
         operand = None
         if self.pack and i is not None and sorted(vars_) == list(range(len(sst.vars))) \
                 and self.options.vectorize and self.nonnegative(sst):
-            operand = operand_of(sst, jname, sst.vars[vars_[i]])
+            operand = vector_operand(sst, jname, sst.vars[vars_[i]])
         if operand is None and not any(
-                r.indices and jname in _names_of(r.indices[-1]) for r in reads):
+                r.indices and jname in P.index_names(r.indices[-1]) for r in reads):
             # no input is unit-stride along j (A B^T, or a dot product per row), and none
             # to pack: vector loads along j would be gathers; the reduction is vectorised
             return None
@@ -280,7 +279,7 @@ class Tiler:
         point = node.child(0)
         if packed:
             point, decision = pack(point, sst, operand, [vars_[m] for m in order], cache,
-                                   p_red - 1, p_red, nr, self.packs, itemsize)
+                                   p_red - 1, nr, self.packs)
             self.packs += 1
             self.report.append(decision)
         regn = T.tile(point, reg)
