@@ -53,8 +53,11 @@ sys.path.insert(0, HERE)
 import common  # noqa: E402
 
 COLUMNS = ["kernel", "polytc", "tuned", "numpy", "torch", "torch.compile", "ort", "best",
-           "polytc/best", "tuned/best", "GFLOP/s", "GB/s"]
+           "polytc/best", "tuned/best", "GFLOP/s", "GB/s", "1T polytc", "1T best", "1T ratio"]
 CONTENDERS = ["numpy", "torch", "torch.compile", "ort"]  # what "best" is the best of
+#: the families timed on one thread too (the "1T" columns; torch.compile's compile is
+#: too slow to pay for twice)
+SINGLE = ["polytc", "numpy", "torch", "ort"]
 RTOL = ATOL = 1e-3
 
 
@@ -793,8 +796,12 @@ class Worker:
 
     def start(self):
         self.tail.clear()
+        env = dict(os.environ)  # every thread pool at the worker's count, before imports
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "POLYTC_NUM_THREADS"):
+            env[var] = str(self.threads)
         self.proc = subprocess.Popen(common.child_command(HERE, self.code()),
-                                     stdin=subprocess.PIPE,
+                                     stdin=subprocess.PIPE, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # forward the worker's stderr (warnings, autotune's progress) and keep its tail
         threading.Thread(target=self._forward, args=(self.proc.stderr,),
@@ -927,10 +934,50 @@ def start_workers(threads, malloc: bool = True, fams=None) -> dict:
 
 # --- one kernel -------------------------------------------------------------------------
 
-def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None):
+def setup_workers(bench, arrays, refs, opts, fams, workers, suffix, args, contenders, cells,
+                  notes):
+    """Set ``bench`` up in each family's worker; its columns (named with ``suffix``)
+    go to ``contenders`` (ready to time) or ``cells`` (a marker instead of a time)."""
+    setup_timeout = 1800 + 3 * opts["tune_budget"]
+    for family, cols in fams.items():
+        w = workers[family]
+        if w.missing is not None:
+            for col in cols:
+                cells[col + suffix] = "n/a"
+            continue
+        if opts["tune_budget"] <= 0 and "tuned" in cols:
+            cells["tuned" + suffix] = "-"
+        try:
+            if not w.alive:  # it died with an earlier kernel (or never started)
+                w.start()
+                w.hello()
+            if w.missing is not None:
+                for col in cols:
+                    cells[col + suffix] = "n/a"
+                continue
+            t0 = time.perf_counter()
+            ready, c, n = w.call(("setup", bench.name, arrays, refs, opts), setup_timeout)
+        except WorkerError as e:
+            for col in cols:
+                cells.setdefault(col + suffix, "fail")
+            notes.append(f"{bench.name} {family}{suffix}: {e}")
+            continue
+        if args.verbose:
+            print(f"  {bench.name} {family}{suffix}: set up in "
+                  f"{time.perf_counter() - t0:.2f}s", file=sys.stderr)
+        cells.update({k + suffix: v for k, v in c.items()})
+        notes.extend(n)
+        for col in ready:
+            if col in cols:
+                contenders[col + suffix] = Remote(w, col)
+
+
+def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None,
+              single=None):
     """One row of the table.  ``workers``: family -> Worker (each library in its own
-    process); None: every library in this process (``--in-process``).  With accelerator
-    ``--targets``, the row of the targets table is appended to ``target_rows``."""
+    process); None: every library in this process (``--in-process``).  ``single``:
+    family -> Worker on one thread (the 1T columns).  With accelerator ``--targets``,
+    the row of the targets table is appended to ``target_rows``."""
     fams = families(args.targets)
     arrays = [placed(a, args.input_offset) for a in bench.inputs(rng)]
     ref = bench.numpy(*arrays)
@@ -955,38 +1002,12 @@ def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None):
         opts = {"tune_budget": args.tune_budget, "verbose": args.verbose,
                 "quiet": not args.no_settle, "offsets": [a.ctypes.data % 64 for a in arrays],
                 "launch": len(fams) > len(FAMILIES)}
-        setup_timeout = 1800 + 3 * args.tune_budget
-        for family, cols in fams.items():
-            w = workers[family]
-            if w.missing is not None:
-                for col in cols:
-                    cells[col] = "n/a"
-                continue
-            if args.tune_budget <= 0 and "tuned" in cols:
-                cells["tuned"] = "-"
-            try:
-                if not w.alive:  # it died with an earlier kernel (or never started)
-                    w.start()
-                    w.hello()
-                if w.missing is not None:
-                    for col in cols:
-                        cells[col] = "n/a"
-                    continue
-                t0 = time.perf_counter()
-                ready, c, n = w.call(("setup", bench.name, arrays, refs, opts),
-                                     setup_timeout)
-            except WorkerError as e:
-                for col in cols:
-                    cells.setdefault(col, "fail")
-                notes.append(f"{bench.name} {family}: {e}")
-                continue
-            if args.verbose:
-                print(f"  {bench.name} {family}: set up in {time.perf_counter() - t0:.2f}s",
-                      file=sys.stderr)
-            cells.update(c)
-            notes.extend(n)
-            for col in ready:
-                contenders[col] = Remote(w, col)
+        setup_workers(bench, arrays, refs, opts, fams, workers, "", args, contenders, cells,
+                      notes)
+        if single:
+            one = {**opts, "tune_budget": 0.0, "launch": False}
+            setup_workers(bench, arrays, refs, one, {f: FAMILIES[f][:1] for f in single},
+                          single, " 1T", args, contenders, cells, notes)
 
     repeats = args.repeats if bench.repeats is None else min(args.repeats, bench.repeats)
     timings = common.time_interleaved(
@@ -1003,6 +1024,8 @@ def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None):
         else:
             times[col] = t.median
 
+    best1 = min((c for c in (f + " 1T" for f in SINGLE[1:]) if c in times), key=times.get,
+                default=None)
     best_col = min((c for c in CONTENDERS if c in times), key=times.get, default=None)
     best = times[best_col] if best_col else math.nan
     poly = min((times[c] for c in ("polytc", "tuned") if c in times), default=math.nan)
@@ -1021,6 +1044,13 @@ def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None):
     row.append(common.fmt_num(flops / poly * 1e-9) if math.isfinite(poly) else "-")
     row.append(common.fmt_num(nbytes / poly * 1e-9)
                if bench.membound and math.isfinite(poly) else "")
+    if single is None:
+        row += ["-", "-", "-"]
+    else:
+        row.append(cells.get("polytc 1T") or common.fmt_ms(times.get("polytc 1T")))
+        row.append(f"{common.fmt_ms(times[best1])} {best1[:-3]}" if best1 else "-")
+        row.append(common.fmt_ratio(times["polytc 1T"] / times[best1])
+                   if best1 and "polytc 1T" in times else "-")
     samples = {c: len(t.samples) for c, t in timings.items() if t.error is None}
     if any(n != args.repeats for n in samples.values()):
         notes.append(f"{bench.name}: samples per column "
@@ -1104,6 +1134,9 @@ def main(argv=None):
                          "accelerator target times the same kernels in a worker of its "
                          "own (whole call, numpy in and out, and the launches alone) and "
                          "a second table gives its times over c's (default: c)")
+    ap.add_argument("--no-single", action="store_true",
+                    help="no 1T columns (polytc and the best of numpy, torch and ort, each "
+                         "on one thread, timed in workers of their own)")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = ap.parse_args(argv)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -1133,7 +1166,7 @@ def main(argv=None):
 
     threads = common.default_threads()
     fams = families(args.targets)
-    workers = None
+    workers = single = None
     try:
         early_notes = []
         if args.in_process:
@@ -1156,14 +1189,21 @@ def main(argv=None):
                     early_notes.append(str(e))
             versions = {f: w.version for f, w in workers.items() if w.version}
             missing = {f for f, w in workers.items() if w.missing is not None}
-        return report(args, chosen, threads, workers, versions, missing, early_notes)
+            if threads > 1 and not args.no_single:
+                single = start_workers(1, not args.default_malloc, SINGLE)
+                for w in single.values():
+                    try:
+                        w.hello()
+                    except WorkerError as e:
+                        early_notes.append(f"{e} (one thread)")
+        return report(args, chosen, threads, workers, versions, missing, early_notes, single)
     finally:
-        if workers:
-            for w in workers.values():
+        for ws in (workers, single):
+            for w in (ws or {}).values():
                 w.stop()
 
 
-def report(args, chosen, threads, workers, versions, missing, notes):
+def report(args, chosen, threads, workers, versions, missing, notes, single=None):
     vers = [f"numpy {np.__version__}"]
     for family, lib in (("torch", "torch"), ("ort", "onnxruntime")):
         v = versions.get(family) or (versions.get("torch.compile") if lib == "torch" else None)
@@ -1205,7 +1245,8 @@ def report(args, chosen, threads, workers, versions, missing, notes):
     for bench in chosen:
         t0 = time.perf_counter()
         try:
-            rows.append(run_bench(bench, args, threads, rng, notes, workers, target_rows))
+            rows.append(run_bench(bench, args, threads, rng, notes, workers, target_rows,
+                                  single))
         except Exception as e:  # noqa: BLE001 -- one broken kernel does not end the run
             rows.append([bench.name] + ["fail"] + [""] * (len(COLUMNS) - 2))
             notes.append(f"{bench.name}: {short(e)}")
@@ -1224,7 +1265,9 @@ def report(args, chosen, threads, workers, versions, missing, notes):
               "(above 1: slower than c)")
     print("sizes: " + "; ".join(f"{bb.name} {bb.sizes}" for bb in chosen))
     print("best = fastest of numpy, torch, torch.compile, ort; GFLOP/s and GB/s (compulsory "
-          "traffic: inputs + outputs once) are polytc's (the faster of default and tuned)")
+          "traffic: inputs + outputs once) are polytc's (the faster of default and tuned); "
+          "1T: polytc and the best of numpy, torch, ort, each on one thread"
+          + ("" if single else " (not measured: --no-single, --in-process or one thread)"))
     print(f"inputs start {args.input_offset} bytes past a 64-byte boundary (--input-offset)"
           + ("" if workers is None or args.default_malloc
              else "; workers' malloc keeps freed memory (--default-malloc)"))

@@ -32,7 +32,7 @@ from .poly.schedule import has_contraction
 from .tiling.machine import host
 from .poly.transform import statements_below
 
-TOPICS = ("fusion", "parallel", "tiling", "vectorize")
+TOPICS = ("fusion", "parallel", "tiling", "memory", "vectorize")
 
 
 @dataclass(frozen=True)
@@ -321,6 +321,13 @@ class _Explainer:
                          f"{nr} lanes load as contiguous vectors and a panel stays in L1 while "
                          "the register tiles of the other dimension pass over it (BLIS's "
                          "packing; a transposed operand becomes unit-stride).", str(entry))
+            elif kind == "contract":
+                d = entry.facts
+                self.say("memory", f"The temporary {entry.subject} never goes to memory: each "
+                         f"iteration of the parallel loop {d['loop']} touches only its own part "
+                         f"of it, which is kept in a buffer of {d['buffer']} elements on the "
+                         "running thread's stack (array contraction: it stays in L1/L2).",
+                         str(entry))
             elif kind == "simd":
                 self.say("vectorize", f"The innermost loop of {', '.join(entry.subjects)} is "
                          "parallel and unit-stride for the writes: marked omp simd.",

@@ -295,3 +295,20 @@ def test_put_race_keeps_the_winner(tmp_path, monkeypatch):
     with open(os.path.join(entry["dir"], "f"), "rb") as f:
         assert f.read() == b"theirs"
     assert sorted(os.listdir(root / key[:2])) == [key]
+
+
+def test_thread_count_from_the_environment_keys_the_kernel(monkeypatch):
+    """POLYTC_NUM_THREADS is compiled into the code (``num_threads``): a kernel built
+    for one count is never served for another."""
+    import numpy as np
+
+    import polytc
+
+    src = "def addone(float(N) X) -> (Y) { Y(i) = X(i) + 1.0 }"
+    X = np.zeros(1 << 16, np.float32)
+    codes = []
+    for n in ("1", "2"):
+        monkeypatch.setenv("POLYTC_NUM_THREADS", n)
+        ck = polytc.tc(src, options=polytc.Options(parallel_min_points=1)).specialize(X)
+        codes.append(ck.code)
+    assert "num_threads(1)" in codes[0] and "num_threads(2)" in codes[1]

@@ -155,8 +155,8 @@ def test_fusion_strategies_agree(fusion):
 
 def test_passes_are_named_and_can_be_switched_off():
     assert pipeline.NAMES == ("source", "scop", "dependences", "initial_values", "schedule",
-                              "fuse_outer", "serial_reductions", "tile", "parallel", "map",
-                              "ast", "codegen")
+                              "fuse_outer", "serial_reductions", "tile", "parallel",
+                              "contract", "map", "ast", "codegen")
     mm = polytc.tc(MM, options=polytc.Options(disable=("schedule", "parallel")))
     A, B = rand(64, 64), rand(64, 64)
     ck = mm.specialize(A, B)
@@ -178,7 +178,8 @@ def test_pipeline_prefix_and_immutable_builds():
     assert head.passes == ("source", "scop", "dependences", "initial_values", "schedule")
     assert head.fusion == "max" and head.ast is None and head.code == ""
     whole = pipeline.run(program, env, polytc.Options(fusion="max"))
-    assert whole.passes[-3:] == ("parallel", "ast", "codegen") and "fuse_outer" in whole.passes
+    assert whole.passes[-4:] == ("parallel", "contract", "ast", "codegen")
+    assert "fuse_outer" in whole.passes
     assert set(whole.timings) == set(whole.passes)
     assert "softmax [N=8, D=16] target=c" in repr(whole)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -104,7 +104,7 @@ def test_aligned_outputs_and_inputs():
     C = k(A, A)
     assert is_aligned(C)
     ck = k.specialize(A, A)
-    assert ck.align_inputs == (0,)  # B is packed into micro-panels: no aligned copy
+    assert ck.align_inputs == ()  # B is packed into micro-panels, A only broadcast
     np.testing.assert_array_equal(C, A @ A)
 
 
@@ -166,8 +166,8 @@ def test_tile_height_balances_cores(m):
 
 
 def test_misaligned_inputs_reuse_aligned_copies():
-    """Inputs of a contraction are copied into reused aligned buffers; new contents
-    must come through on every call."""
+    """Misaligned inputs of a contraction (packed, or broadcast in place): new contents
+    come through on every call."""
     from polytc.runtime.memory import is_aligned
 
     k = polytc.tc(MATMUL)

@@ -35,6 +35,8 @@ class Backend:
     host = False
     #: whether its code generator reads packed operands (``tiling/pack.py``)
     packing = False
+    #: whether its code generator keeps contracted temporaries (``tiling/contract.py``)
+    contracting = False
 
     def __repr__(self):
         return f"<polytc backend {self.name}>"

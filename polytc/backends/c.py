@@ -18,7 +18,12 @@ class C(Backend):
     name = "c"
     host = True
     packing = True
+    contracting = True
     compiler = "gcc"
+
+    def cache_facts(self) -> dict:
+        # the thread count from the environment is compiled into the code (num_threads)
+        return {"threads": config.num_threads()}
 
     def generate(self, b):
         em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize,
@@ -32,7 +37,8 @@ class C(Backend):
         so = build_shared_object(b.code, {"name": b.program.name})
         with open(so, "rb") as f:
             files = {"kernel.so": f.read()}
-        return files, build_meta(b, align_inputs=align_inputs(b))
+        local = {d.subject for d in b.tiling if d.kind == "contract"}
+        return files, build_meta(b, align_inputs=align_inputs(b), local_temps=sorted(local))
 
     def load(self, program, env, options, entry, build=None):
         return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so",
@@ -42,11 +48,13 @@ class C(Backend):
 def align_inputs(b) -> list:
     """Inputs of a register-tiled contraction whose every element is reused at least 16
     times: only then does an aligned copy pay for itself (a matrix-vector product reads
-    each element once, and the copy would cost as much as the kernel)."""
+    each element once, and the copy would cost as much as the kernel).  Not those of a
+    contraction with a packed operand: the packed copy is aligned, and its other operands
+    are only broadcast (scalar loads, for which alignment does not matter)."""
     out = set()
-    packed = {d.facts["tensor"] for d in b.tiling if d.kind == "pack"}  # copied anyway
+    packed = {d.subject for d in b.tiling if d.kind == "pack"}
     for d in b.tiling:
-        if d.kind != "contraction":
+        if d.kind != "contraction" or d.subject in packed:
             continue
         sst = next(s for s in b.scop.stmts if s.name == d.subject)
         points = statement_points(sst, b.env)
@@ -55,7 +63,7 @@ def align_inputs(b) -> list:
                 size = 1
                 for n in b.scop.shapes[e.tensor]:
                     size *= n
-                if points >= 16 * size and e.tensor not in packed:
+                if points >= 16 * size:
                     out.add(e.tensor)
     return [i for i, t in enumerate(b.program.inputs) if t.name in out]
 

@@ -123,6 +123,8 @@ class ExprPrinter:
         #: address (the micro-kernel's lane-dependent reads, ``microkernel.py``)
         self.vector_reads: frozenset = frozenset()
         self.vector_type = ""
+        #: contracted temporaries: tensor -> (buffer, box extents, box offsets as C)
+        self.locals: dict = {}
 
     def literal(self, value, t: ScalarType) -> str:
         return literal(value, t)
@@ -137,7 +139,13 @@ class ExprPrinter:
 
     def element(self, tensor: str, subs, checked=False, span=None) -> str:
         """``tensor[linear index]`` from subscript C expressions (row-major)."""
-        shape = self.shapes[tensor]
+        if tensor in self.locals:
+            tensor, shape, offs = self.locals[tensor]
+            subs = [s if o in ("0L", "0") else f"({s}) - ({o})" for s, o in zip(subs, offs)]
+            subs, shape = [s for s, n in zip(subs, shape) if n > 1], [n for n in shape if n > 1]
+            checked = False  # contraction needs every access affine: proven in bounds
+        else:
+            shape = self.shapes[tensor]
         if not shape:
             return f"{tensor}[0]"
         lin = None

@@ -16,6 +16,7 @@ import numpy as np
 from ..lang import program as P
 from .microkernel import const_bounds as _const_bounds
 from .microkernel import micro_kernel, typedefs
+from .locals import locals_of
 from .pack import PackPrinter, packs_of
 from .cexpr import (PRELUDE, ExprPrinter, div_helpers, extremum_update, literal,
                     statement_code, target_code)
@@ -188,8 +189,10 @@ class CEmitter:
         self.iters: list = []  # iterators of the loops around the node being emitted
         self.helpers: list = []  # outlined parallel loop bodies
         prog = scop.program
+        self.locals = locals_of(decisions, scop, isl_expr)  # contracted temporaries
         self.params = [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
-            [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries]
+            [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries
+             if t.name not in self.locals]
         self.vectorize = vectorize
         self.by_name = {s.name: s for s in scop.stmts}
         self.sites: list = []  # (Span, what) for every run-time check, 1-based
@@ -212,7 +215,14 @@ class CEmitter:
                 if promoted is not None:
                     return promoted
             text = self.pragma(kind)
-            return self.node(n.mark_get_node(), pragma=(text, f"c{depth}") if text else None)
+            if kind != "parallel" or not text:
+                return self.node(n.mark_get_node(), pragma=(text, f"c{depth}") if text else None)
+            decls = [lc.declaration() for lc in self.locals.values() if lc.loop == f"c{depth}"]
+            placed: list = []  # the outlined bodies that declare the buffers
+            out = self.node(n.mark_get_node(), pragma=(text, f"c{depth}", decls, placed))
+            if decls and not placed:
+                out = [c.Block(decls + out)]  # isl dropped the loop: it runs once
+            return out
         if t == T.for_:
             it, header = self.for_header(n)
             self.iters.append(it)
@@ -222,7 +232,8 @@ class CEmitter:
             # that loop (one iteration), to no loop at all
             if pragma and it == pragma[1]:
                 if pragma[0].startswith("omp parallel"):
-                    inner = [self.outline(inner, self.iters + [it])]
+                    pragma[3].append(it)
+                    inner = [self.outline(pragma[2] + inner, self.iters + [it])]
                 return [c.Pragma(pragma[0]), c.For(*header, c.Block(inner))]
             return [c.For(*header, c.Block(inner))]
         if t == T.if_:
@@ -298,7 +309,9 @@ class CEmitter:
         """An expression printer of ``sst`` at the index values ``vars`` (C text)."""
         args = (self.scop.shapes, self.scop.env, vars, sst.guarded, self.sites)
         packed = self.packed.get(sst.name)
-        return ExprPrinter(*args) if packed is None else PackPrinter(packed, *args)
+        p = ExprPrinter(*args) if packed is None else PackPrinter(packed, *args)
+        p.locals = {t: lc.at(sst, vars) for t, lc in self.locals.items() if sst.name in lc.offsets}
+        return p
 
     def function(self, ast, fname: str, fills=None) -> str:
         """The kernel: ``int fname(inputs..., outputs..., temporaries...)``.  The runtime
@@ -309,7 +322,7 @@ class CEmitter:
         params = self.params
         body = [c.Statement("int err = 0")]
         for t in prog.temporaries:
-            if t.name in (fills or {}):
+            if t.name in (fills or {}) and t.name not in self.locals:
                 body += self.fill(t, fills[t.name])
         body += self.node(ast)
         body.append(c.Statement("return err"))

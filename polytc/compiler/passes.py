@@ -12,6 +12,7 @@ from ..poly import fusion as F
 from ..poly import schedule as sched
 from ..poly.handsched import replay
 from ..poly.scop import Scop
+from ..tiling.contract import contract
 from ..tiling.gpu import map_schedule, strategy
 from ..tiling.machine import host
 from ..tiling.strategy import tile_schedule
@@ -89,7 +90,7 @@ def cpu_loops(b: Build) -> bool:
 
 def p_tile(b: Build) -> Build:
     s, decisions = tile_schedule(current_schedule(b), b.scop, b.options, host(),
-                                 pack=b.backend.packing)
+                                 pack=b.backend.packing, validity=b.deps.validity)
     return b.stage("tiling", "\n".join(str(d) for d in decisions), schedule=s,
                    tiling=tuple(decisions))
 
@@ -100,6 +101,15 @@ def p_parallel(b: Build) -> Build:
     points = sum(statement_points(s, b.env) for s in b.scop.stmts)
     s = sched.mark_parallel(current_schedule(b), b.options.parallel_min_points, points)
     return b.but(schedule=s)
+
+
+def p_contract(b: Build) -> Build:
+    """Temporaries that live within one iteration of a parallel loop become buffers of
+    that iteration (``tiling/contract.py``)."""
+    packed = {d.facts["tensor"] for d in b.tiling if d.kind == "pack"}
+    found = contract(current_schedule(b), b.scop, b.fills, packed, host().l2)
+    text = "\n".join(str(d) for d in found) or "(none)"
+    return b.stage("contraction", text, tiling=b.tiling + tuple(found))
 
 
 def p_map(b: Build) -> Build:

@@ -56,6 +56,7 @@ PASSES = (
          lambda b: b.schedule is not None and b.fusion != "hand"),
     Pass("tile", ps.p_tile, True, ps.cpu_loops),
     Pass("parallel", ps.p_parallel, True, ps.cpu_loops),
+    Pass("contract", ps.p_contract, True, lambda b: b.backend.contracting and ps.cpu_loops(b)),
     Pass("map", ps.p_map, False, _grid),
     Pass("ast", ps.p_ast, False, _always),
     Pass("codegen", ps.p_codegen, False, _always),

@@ -91,3 +91,49 @@ def statements_below(node) -> list:
         dom = node.band_get_partial_schedule_union_map().domain()
     dom.foreach_set(lambda s: names.append(s.get_tuple_name()))
     return names
+
+
+def refresh_coincidence(node, validity):
+    """Flag the members of a band that carry none of the dependences ``validity`` between
+    the instances under it as coincident (parallel).  isl computed the flags for the band
+    it built; a band split off it (a statement group distributed from the others) may
+    have lost the dependences that made a member sequential."""
+    n = node.band_n_member()
+    if validity is None or all(node.band_member_get_coincident(m) for m in range(n)):
+        return node
+    try:
+        dom = node.get_domain()
+        prefix = node.get_prefix_schedule_union_map()
+    except isl.Error:  # below an extension: keep isl's flags
+        return node
+    sched = prefix.flat_range_product(node.band_get_partial_schedule_union_map())
+    sched = sched.intersect_domain(dom)
+    deps = validity.intersect_domain(dom).intersect_range(dom)
+    if deps.is_empty():
+        deltas = None
+    else:
+        deltas = isl.Set.from_union_set(deps.apply_domain(sched).apply_range(sched).deltas())
+    first = _dims(prefix)
+    for m in range(n):
+        if node.band_member_get_coincident(m):
+            continue
+        if deltas is not None:
+            carried = deltas
+            for d in range(first + m):
+                carried = carried.fix_val(isl.dim_type.set, d, isl.Val.zero(carried.get_ctx()))
+            zero = carried.fix_val(isl.dim_type.set, first + m, isl.Val.zero(carried.get_ctx()))
+            if not carried.is_subset(zero):
+                continue
+        node = node.band_member_set_coincident(m, 1)
+    return node
+
+
+def _dims(umap) -> int:
+    """The number of output dimensions of a union map whose maps share one range space."""
+    found = [0]
+
+    def one(m):
+        found[0] = m.dim(isl.dim_type.out)
+
+    umap.foreach_map(one)
+    return found[0]

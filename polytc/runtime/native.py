@@ -54,10 +54,12 @@ class CompiledKernel(Specialised):
         self.align_inputs = tuple(meta.get("align_inputs", ()))
         self._allocs = [(allocator(s, d, f), s, d) for s, d, f in
                         zip(self.out_shapes, self.out_dtypes, self.out_fill)]
-        self.temps = [(t.extents(env), t.dtype.np_dtype) for t in program.temporaries]
+        local = set(meta.get("local_temps", ()))  # kept by the kernel itself
+        self.temps = [(t.extents(env), t.dtype.np_dtype) for t in program.temporaries
+                      if t.name not in local]
         self._scratch: list = []  # free sets of temporaries, reused across calls
         self._copies: list = []  # free sets of aligned input buffers, likewise
-        ffi = _ffi(len(program.inputs) + len(program.outputs) + len(program.temporaries))
+        ffi = _ffi(len(program.inputs) + len(program.outputs) + len(self.temps))
         _pin_openmp()
         self._lib = ffi.dlopen(lib_path)
         self._fn = self._lib.polytc_kernel

@@ -8,7 +8,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 #: what a decision can be: the tiler's, then the mapper's
-KINDS = ("split", "contraction", "pack", "simd", "promote", "threads", "one block", "groups")
+KINDS = ("split", "contraction", "pack", "contract", "simd", "promote", "threads", "one block",
+         "groups")
 _SIZES = ("cache", "register", "panel", "tile", "block", "reduction_tile")  # printed as 32x32
 
 
@@ -20,6 +21,7 @@ class Decision:
     #: ``contraction``: ``order`` (loops outside in), ``cache`` and ``register`` tile
     #: sizes; ``pack``: ``tensor``, ``buffer``, ``panel`` (Kt x NR), ``panels``, ``copy``
     #: (and, for the code generator, the layout in facts named ``_...``, not printed);
+    #: ``contract`` (a temporary kept per parallel iteration): ``loop``, ``buffer``;
     #: ``split``: ``groups`` (statement names per new band); ``threads``:
     #: ``tile``, ``block``, ``reduction_tile``; ``one block``: ``block``; ``groups``: ``grid``
     facts: Mapping = field(default_factory=lambda: MappingProxyType({}))

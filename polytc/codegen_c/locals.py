@@ -1,0 +1,51 @@
+"""Contracted temporaries in C (see ``tiling/contract.py``): a buffer of the box one
+parallel iteration touches, declared in the outlined body of that loop (on the thread's
+stack), and accesses rebased to the box: ``pt_l_t[(idx_0 - off_0) * e_1 + ...]``."""
+from __future__ import annotations
+
+import re
+
+import cgen as c
+import islpy as isl
+
+
+class Local:
+    def __init__(self, decision, ctype: str, ctx, isl_expr):
+        f = decision.facts
+        self.tensor, self.loop, self.extents = decision.subject, f["loop"], f["_extents"]
+        self.name, self.ctype = f"pt_l_{self.tensor}", ctype
+        #: statement -> per dimension, the box's first index as C over x0, x1, ...
+        self.offsets = {s: [_c_of(isl.PwAff.read_from_str(ctx, o), isl_expr) for o in offs]
+                        for s, offs in f["_offsets"]}
+
+    def declaration(self):
+        n = 1
+        for e in self.extents:
+            n *= e
+        return c.Statement(f"{self.ctype} {self.name}[{n}] __attribute__((aligned(64)))")
+
+    def at(self, sst, vars: dict):
+        """``(buffer, extents, offsets)`` for an instance of ``sst`` whose indices are
+        the C expressions ``vars``."""
+        def sub(m):
+            return f"({vars[sst.vars[int(m.group(1))]]})"
+
+        offs = [re.sub(r"\bx(\d+)\b", sub, o) for o in self.offsets[sst.name]]
+        return self.name, self.extents, offs
+
+
+def locals_of(decisions, scop, isl_expr) -> dict:
+    """Tensor -> ``Local`` for the ``contract`` decisions."""
+    types = {t.name: t.dtype.c_name for t in scop.program.temporaries}
+    return {d.subject: Local(d, types[d.subject], scop.ctx, isl_expr)
+            for d in decisions if d.kind == "contract"}
+
+
+def _c_of(pa, isl_expr) -> str:
+    """A piecewise affine expression of a statement's indices as C: the indices become
+    parameters, so that isl's AST builder writes the expression (cases included)."""
+    n = pa.dim(isl.dim_type.in_)
+    pa = pa.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, n)  # named x0, x1, ...
+    pa = pa.project_domain_on_params()
+    build = isl.AstBuild.from_context(isl.Set.universe(pa.get_domain_space()))
+    return isl_expr(build.expr_from_pw_aff(pa))

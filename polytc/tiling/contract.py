@@ -1,0 +1,156 @@
+"""Array contraction: temporaries that live within one iteration of a parallel loop.
+
+A temporary (``ex(n, d)`` of a softmax, ``xc(n, d)`` of a layer norm, the row maximum
+``mx(n)``) whose elements are each touched in one iteration of the parallel loop only,
+and whose values no other iteration needs, does not need its whole array: each
+iteration can keep the part it touches in a buffer of its own, on the stack of the
+thread that runs it, where it stays in L1 or L2 instead of going to memory and back.
+
+For a ``parallel`` mark, let ``P`` map the value of the schedule through the parallel
+loop (outer dimensions included) to the elements of ``t`` the statements touch there.
+``t`` is contracted when
+* every statement that touches ``t`` runs under that loop;
+* no element is touched at two values of ``P``'s domain (``P⁻¹ ∘ P`` is the identity);
+* the runtime does not fill ``t`` before the kernel (no element is read before it is
+  written) and no packed-operand copy reads it;
+* the part one iteration touches lies in a box of constant size (per dimension, the
+  largest extent over all iterations) that fits the limit.
+Each dimension ``k`` of the box starts at ``off_k(prefix)``, the smallest index the
+iteration touches.  A statement instance ``x`` accesses the local element
+``idx_k(x) - off_k(prefix(x))``: the decision records, per statement, ``off_k ∘ prefix``
+as an isl piecewise affine expression of the statement's indices, which the code
+generator prints as C.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from ..lang import program as P
+from .decisions import Decision
+
+#: at most this many bytes of contracted buffers per parallel loop (on each thread's
+#: stack: well inside the default 2-8 MiB thread stacks, and inside L2)
+LIMIT = 256 << 10
+
+
+def contract(schedule, scop, fills, packed, l2: int) -> list:
+    """``contract`` Decisions for the temporaries of ``scop`` that can live in one
+    iteration of a parallel loop of ``schedule`` (see the module's doc)."""
+    marks: list = []
+
+    def find(node):
+        if node.get_type() == isl.schedule_node_type.mark and \
+                node.mark_get_id().get_name().startswith("parallel:"):
+            marks.append(node.copy())
+            return False
+        return True
+
+    schedule.get_root().foreach_descendant_top_down(find)
+    temps = [t for t in scop.program.temporaries if t.name not in fills and t.name not in packed]
+    out = []
+    for mark in marks:
+        budget = min(LIMIT, l2 // 2)
+        for t in temps:
+            # the deepest loop of the bands under the mark first: the smallest buffer
+            # (reused by the iterations of inner loops, which one thread runs in turn)
+            d = None
+            for band, members in reversed(_loops(mark.child(0))):
+                d = _one(mark, band, members, scop, t)
+                if d is not None:
+                    break
+            if d is not None and d.facts["_bytes"] <= budget:
+                budget -= d.facts["_bytes"]
+                out.append(d)
+    return out
+
+
+def _loops(band) -> list:
+    """``(band, members)`` for each loop of the chain of bands from ``band`` down (the
+    loops through that band's first ``members`` members), outermost first."""
+    out = []
+    while band.get_type() == isl.schedule_node_type.band:
+        out += [(band, m) for m in range(1, band.band_n_member() + 1)]
+        if band.n_children() != 1:
+            break
+        band = band.child(0)
+    return out
+
+
+def _one(mark, band, members: int, scop, t):
+    """The ``contract`` decision for ``t`` per iteration of the loops through the first
+    ``members`` members of ``band`` (at or below ``mark``), or None."""
+    depth = int(mark.mark_get_id().get_name().partition(":")[2])
+    try:
+        dom = mark.child(0).get_domain()
+        prefix = band.get_prefix_schedule_union_map()
+    except isl.Error:
+        return None
+    first = isl.UnionMap.from_multi_union_pw_aff(
+        band.band_get_partial_schedule().drop_dims(isl.dim_type.set, members,
+                                                   band.band_n_member() - members))
+    prefix = prefix.flat_range_product(first).intersect_domain(scop.domain)
+    access = scop.reads.union(scop.writes)
+    touching: list = []
+
+    def keep(m):
+        if m.get_tuple_name(isl.dim_type.out) == t.name:
+            touching.append(m)
+
+    access.foreach_map(keep)
+    if not touching or any(_guarded(scop, m.get_tuple_name(isl.dim_type.in_), t.name)
+                           for m in touching):
+        return None  # a subscript isl cannot describe: the whole array may be touched
+    acc = isl.UnionMap.from_map(touching[0])
+    for m in touching[1:]:
+        acc = acc.union(isl.UnionMap.from_map(m))
+    if not acc.domain().is_subset(dom):
+        return None  # a statement outside the parallel loop touches it
+    try:
+        per = isl.Map.from_union_map(prefix.reverse().apply_range(acc))
+    except isl.Error:
+        return None
+    same = per.apply_range(per.reverse()).deltas()
+    if not same.is_subset(_zero(same)):
+        return None  # an element is shared by two iterations
+    extents, offsets = [], []
+    for k in range(per.dim(isl.dim_type.out)):
+        lo, hi = per.dim_min(k), per.dim_max(k)
+        if lo.n_piece() != 1:
+            return None
+        size = hi.sub(lo).max_val()
+        if not size.is_int():
+            return None
+        extents.append(size.to_python() + 1)
+        offsets.append(lo)
+    itemsize = t.dtype.np_dtype.itemsize
+    n = 1
+    for e in extents:
+        n *= e
+    # per statement: the box's offsets as affine expressions of its indices
+    stmt_offsets = {}
+    for m in touching:
+        name = m.get_tuple_name(isl.dim_type.in_)
+        if name in stmt_offsets:
+            continue
+        sched = prefix.intersect_domain(isl.UnionSet.from_set(m.domain()))
+        try:
+            pma = isl.PwMultiAff.from_map(isl.Map.from_union_map(sched))
+        except isl.Error:
+            return None
+        stmt_offsets[name] = tuple(str(o.pullback_pw_multi_aff(pma).coalesce()) for o in offsets)
+    return Decision("contract", [t.name], {
+        "loop": f"c{depth}", "buffer": "x".join(map(str, extents)),
+        "_extents": tuple(extents), "_bytes": n * itemsize,
+        "_offsets": tuple(sorted(stmt_offsets.items()))})
+
+
+def _zero(deltas):
+    z = isl.Set.universe(deltas.get_space())
+    for d in range(z.dim(isl.dim_type.set)):
+        z = z.fix_val(isl.dim_type.set, d, isl.Val.zero(z.get_ctx()))
+    return z
+
+
+def _guarded(scop, stmt: str, tensor: str) -> bool:
+    sst = next(s for s in scop.stmts if s.name == stmt)
+    return any(id(r) in sst.guarded for r in P.reads(sst.stmt.rhs) if r.tensor == tensor)

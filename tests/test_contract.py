@@ -1,0 +1,139 @@
+"""Row programs (softmax, layer and group norms): their outer loops fused by
+construction, temporaries contracted into per-iteration buffers, and every variant
+equal to the oracle (odd sizes, offsets into the buffer, temporaries that must stay)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import polytc
+from polytc.compiler import pipeline
+from polytc.lang import reference
+from tests.kernels_small import SOFTMAX
+
+LAYERNORM = """
+def layernorm(float(N,D) X, float(D) gamma, float(D) beta) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    xc(n, d) = X(n, d) - mean(n)
+    var(n) +=! xc(n, d) * xc(n, d) / D
+    Y(n, d) = xc(n, d) * rsqrt(var(n) + 1e-5) * gamma(d) + beta(d)
+}"""
+
+GROUPNORM = """
+def groupnorm(float(N,G,CG,H,W) X, float(G,CG) gamma, float(G,CG) beta) -> (Y) {
+    mean(n, g) +=! X(n, g, c, h, w) / (CG * H * W)
+    xc(n, g, c, h, w) = X(n, g, c, h, w) - mean(n, g)
+    var(n, g) +=! xc(n, g, c, h, w) * xc(n, g, c, h, w) / (CG * H * W)
+    Y(n, g, c, h, w) = xc(n, g, c, h, w) * rsqrt(var(n, g) + 1e-5) * gamma(g, c) + beta(g, c)
+}"""
+
+# the temporary is read one column further on: a buffer of the row, rebased
+SHIFTED = """
+def shifted(float(N,D) X) -> (Y) {
+    T(n, d) = X(n, d) * 2.0 where d in 0:D
+    Y(n, d) = T(n, d) + T(n, d + 1) where d in 0:D-1
+}"""
+
+# the temporary is read by the next row and the next column: it must stay an array
+ACROSS = """
+def across(float(N,D) X) -> (Y) {
+    T(n, d) = X(n, d) * 2.0
+    Y(n, d) = T(n, d) + T(n + 1, d) + T(n, d + 1) where n in 0:N-1, d in 0:D-1
+}"""
+
+# read by the next row only: the loop over columns is parallel, and a column's buffer
+COLUMN = """
+def column(float(N,D) X) -> (Y) {
+    T(n, d) = X(n, d) * 2.0
+    Y(n, d) = T(n, d) + T(n + 1, d) where n in 0:N-1
+}"""
+
+ONE = polytc.Options(parallel_min_points=1)
+
+
+def run(src, shapes, options=ONE, seed=0):
+    k = polytc.tc(src, options=options)
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    got = k(*args)
+    want = reference.run(k.program, args)
+    got = got if isinstance(got, tuple) else (got,)
+    for t, g in zip(k.program.outputs, got):
+        np.testing.assert_allclose(g, want[t.name], rtol=2e-4, atol=2e-5)
+    return k.specialize(*args)
+
+
+def contracted(ck) -> dict:
+    """Temporary -> facts of its ``contract`` decision, from the ``contraction`` stage."""
+    out = {}
+    for line in str(ck.stages.get("contraction", "")).splitlines():
+        if line.startswith("contract "):
+            name, *facts = line[len("contract "):].split("; ")
+            out[name] = dict(f.split(" ", 1) for f in facts)
+    return out
+
+
+@pytest.mark.parametrize("n,d", [(4096 // 64, 1024 // 8), (37, 53), (1, 7), (3, 1)])
+def test_softmax_keeps_its_temporaries_per_row(n, d):
+    ck = run(SOFTMAX, [(n, d)])
+    found = contracted(ck)
+    assert set(found) == {"mx", "e", "s"}
+    assert found["e"]["buffer"] == f"1x{d}" and found["mx"]["buffer"] == "1"
+    assert f"pt_l_e[{d}]" in ck.code
+    # the runtime passes no buffer for them: the kernel takes X and Y only
+    assert "int polytc_kernel( const float *restrict X,  float *restrict Y)" in ck.code
+
+
+@pytest.mark.parametrize("n,d", [(64, 128), (13, 33)])
+def test_layernorm_contracted_and_equal(n, d):
+    ck = run(LAYERNORM, [(n, d), (d,), (d,)])
+    assert set(contracted(ck)) == {"mean", "xc", "var"}
+
+
+def test_groupnorm_rows_fused_without_isl_and_contracted():
+    shapes = [(3, 4, 5, 6, 7), (4, 5), (4, 5)]
+    t0 = time.perf_counter()
+    ck = run(GROUPNORM, shapes, polytc.Options(parallel_min_points=1))
+    assert time.perf_counter() - t0 < 5  # isl's scheduler took 8 s on the bench's sizes
+    found = contracted(ck)
+    assert found["xc"]["buffer"] == "1x1x5x6x7"  # per (n, g): the band's inner loop too
+    assert ck.code.count("omp parallel for") == 1  # one fused nest
+
+
+def test_offsets_inside_the_buffer():
+    ck = run(SHIFTED, [(9, 17)])
+    assert contracted(ck)["T"]["buffer"] == "1x17"
+
+
+def test_buffer_of_a_column():
+    ck = run(COLUMN, [(9, 17)])
+    assert contracted(ck)["T"]["buffer"] == "9x1"
+
+
+def test_temporary_shared_across_iterations_stays():
+    ck = run(ACROSS, [(9, 17)])
+    assert "T" not in contracted(ck)
+    assert "float *restrict T" in ck.code
+
+
+def test_contract_pass_can_be_switched_off():
+    ck = run(SOFTMAX, [(37, 53)], polytc.Options(parallel_min_points=1, disable=("contract",)))
+    assert not contracted(ck) and "pt_l_" not in ck.code
+    assert "contract" not in ck.timings
+
+
+def test_split_bands_regain_parallel_loops():
+    """The exp loop of a softmax is split from the sum that follows it; its own band is
+    parallel again, so it is vectorised (glibc's vector expf)."""
+    b = pipeline.run(polytc.tc(SOFTMAX).program, {"N": 64, "D": 128}, ONE)
+    simd = [d for d in b.tiling if d.kind == "simd"]
+    assert any("S1" in d.subjects for d in simd), b.stages["tiling"]
+
+
+def test_explain_tells_what_was_contracted():
+    k = polytc.tc(SOFTMAX, options=ONE)
+    text = str(k.explain(np.zeros((37, 53), np.float32)))
+    assert "The temporary e never goes to memory" in text
+    assert "buffer of 1x53 elements" in text
