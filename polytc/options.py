@@ -45,6 +45,12 @@ class Options:
     #: two, as GNU C does by default); ``False`` gives bit-exact separate roundings at
     #: half the multiply-add throughput
     fp_contract: bool = True
+    #: divide by a float divisor that does not change along the innermost loop (a row's
+    #: sum, a size) as a multiplication by its reciprocal, computed once (as onnxruntime's
+    #: and PyTorch's softmax do; within 1.5 ulp of the quotient): a vector division costs
+    #: 10-20 multiplications; ``False`` divides each element (IEEE's correctly rounded
+    #: quotient)
+    reciprocal: bool = True
     #: passes to skip by name (see ``polytc.compiler.pipeline.PASSES``)
     disable: tuple = ()
     #: a hand schedule's recipe (``polytc.Schedule.steps``, see docs/jupyter.md): when

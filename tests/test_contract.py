@@ -137,3 +137,15 @@ def test_explain_tells_what_was_contracted():
     text = str(k.explain(np.zeros((37, 53), np.float32)))
     assert "The temporary e never goes to memory" in text
     assert "buffer of 1x53 elements" in text
+
+
+def test_division_by_a_row_invariant_is_a_reciprocal_multiplication():
+    ck = run(SOFTMAX, [(37, 53)])
+    assert "* (1.0f / pt_l_s[0])" in ck.code  # one division per row, not per element
+    exact = run(SOFTMAX, [(37, 53)], polytc.Options(parallel_min_points=1, reciprocal=False))
+    assert "1.0f /" not in exact.code and "/ pt_l_s[0])" in exact.code
+
+
+def test_reduction_over_a_whole_nest_is_one_vector_reduction():
+    ck = run(GROUPNORM, [(2, 3, 4, 5, 16), (3, 4), (3, 4)])
+    assert "reduction(+:pt_acc0) collapse(3)" in ck.code

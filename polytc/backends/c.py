@@ -27,7 +27,7 @@ class C(Backend):
 
     def generate(self, b):
         em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize,
-                      b.tiling)
+                      b.tiling, b.options.reciprocal)
         code = em.function(b.ast, FUNCTION_NAME, b.fills)
         if not b.options.fp_contract:
             code = '#pragma GCC optimize ("fp-contract=off")\n' + code

@@ -125,6 +125,10 @@ class ExprPrinter:
         self.vector_type = ""
         #: contracted temporaries: tensor -> (buffer, box extents, box offsets as C)
         self.locals: dict = {}
+        #: the iterators of the loops the instance is innermost in: a float division
+        #: by a divisor that none of them changes is a multiplication by its reciprocal
+        #: (computed once, outside the loop: ``Options.reciprocal``); empty: never
+        self.varying: tuple = ()
 
     def literal(self, value, t: ScalarType) -> str:
         return literal(value, t)
@@ -227,6 +231,9 @@ class ExprPrinter:
             return f"pt_{kind}_{t.name}({a}, {b}, {site}, &err)"
         if e.op == "%":
             return f"{self.math('fmod', t)}({a}, {b})"
+        if e.op == "/" and t.is_float and self.varying and \
+                not any(re.search(rf"\b{v}\b", b) for v in self.varying):
+            return f"({a} * ({self.literal(1.0, t)} / {b}))"
         if e.op in ("+", "-", "*"):
             return self.arith(e.op, a, b, e.dtype, subscript)
         return self._wrap(f"({a} {e.op} {b})", e.dtype)

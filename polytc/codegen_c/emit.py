@@ -107,6 +107,8 @@ class Promotion:
             target = target_code(sst, printer)
             if _uses(target, iters):
                 return None
+            if printer.varying:
+                printer.varying = tuple(iters)
             ct = st.rhs.dtype.c_name
             acc = f"pt_acc{u}"
             if inner is None:
@@ -122,6 +124,8 @@ class Promotion:
                 epi.append(c.Statement(f"{target} = {acc}"))
                 continue
             it, header = self.em.for_header(inner)
+            if printer.varying:
+                printer.varying = tuple(iters) + (it,)
             if isinstance(printer, PackPrinter):  # a packed operand's lanes
                 printer.inner = tuple(iters) + (it,)
             lo, hi = _const_bounds(inner)
@@ -135,9 +139,17 @@ class Promotion:
             body += simd(header, c.Statement(code))
             epi += simd(header, c.Statement(f"{target} = {slot}"))
         nest = body
+        # one vector reduction over the whole nest when its bounds are constants
+        # (``collapse``): one per innermost loop would reduce its vector every row
+        whole = red is not None and self.em.omp_reductions and len(loops) > 1 and \
+            all(_const_bounds(lp)[0] is not None for lp in loops)
         for depth, lp in enumerate(reversed(loops)):
             loop = c.For(*self.em.for_header(lp)[1], c.Block(nest))
-            pragma = red if depth == 0 else None
+            pragma = None
+            if red is not None and whole and depth == len(loops) - 1:
+                pragma = f"{red} collapse({len(loops)})"
+            elif red is not None and not whole and depth == 0:
+                pragma = red
             nest = [c.Pragma(pragma), loop] if pragma else [loop]
         return [c.Block(decls + pro + nest + epi)]
 
@@ -180,8 +192,9 @@ class CEmitter:
     #: whether ``reduction_pragma`` is an OpenMP reduction (partial results combined)
     omp_reductions = True
 
-    def __init__(self, scop, num_threads=None, vectorize=True, decisions=()):
+    def __init__(self, scop, num_threads=None, vectorize=True, decisions=(), reciprocal=False):
         self.scop = scop
+        self.reciprocal = reciprocal  # see ExprPrinter.varying
         self.packs = packs_of(decisions, scop)  # copy statement -> Packed
         self.packed: dict = {}  # statement -> {tensor: Packed}
         for p in self.packs.values():
@@ -311,6 +324,8 @@ class CEmitter:
         packed = self.packed.get(sst.name)
         p = ExprPrinter(*args) if packed is None else PackPrinter(packed, *args)
         p.locals = {t: lc.at(sst, vars) for t, lc in self.locals.items() if sst.name in lc.offsets}
+        if self.reciprocal:
+            p.varying = tuple(self.iters[-1:])
         return p
 
     def function(self, ast, fname: str, fills=None) -> str:
