@@ -149,3 +149,23 @@ def test_division_by_a_row_invariant_is_a_reciprocal_multiplication():
 def test_reduction_over_a_whole_nest_is_one_vector_reduction():
     ck = run(GROUPNORM, [(2, 3, 4, 5, 16), (3, 4), (3, 4)])
     assert "reduction(+:pt_acc0) collapse(3)" in ck.code
+
+
+@pytest.mark.parametrize("d", [200, 256, 127])
+def test_long_sums_keep_an_accumulator_per_lane(d):
+    """A sum over at least two blocks of 4 vectors runs 4 vector accumulators (and the
+    iterations past the last block one by one); shorter ones keep one."""
+    from polytc.tiling.machine import host
+
+    src = """def rowsum(float(N,D) X) -> (S, P) {
+        S(n) +=! X(n, d) * 2.0
+        P(n) *=! X(n, d)
+    }"""
+    k = polytc.tc(src, options=ONE)
+    rng = np.random.default_rng(1)
+    X = (1 + rng.standard_normal((5, d)) / 100).astype(np.float32)
+    S, Pr = k(X)
+    np.testing.assert_allclose(S, (X * 2).sum(1), rtol=1e-4)
+    np.testing.assert_allclose(Pr, X.prod(1, dtype=np.float64), rtol=1e-3)
+    split = d >= 2 * 4 * host().lanes(4)
+    assert ("pt_part_pt_acc0" in k.specialize(X).code) == split

@@ -14,6 +14,7 @@ import islpy as isl
 import numpy as np
 
 from ..lang import program as P
+from ..tiling.machine import host
 from .microkernel import const_bounds as _const_bounds
 from .microkernel import micro_kernel, typedefs
 from .locals import locals_of
@@ -120,7 +121,11 @@ class Promotion:
                     nan = literal(float("nan"), st.rhs.dtype)
                     epi.append(c.Statement(f"{target} = {flag} ? {nan} : {acc}"))
                     continue
-                body.append(c.Statement(statement_code(sst, printer, acc).rstrip(";")))
+                code = statement_code(sst, printer, acc).rstrip(";")
+                split = self._split_sum(loops, red, st, acc, code)
+                if split is not None:
+                    return [c.Block(decls + split + [c.Statement(f"{target} = {acc}")])]
+                body.append(c.Statement(code))
                 epi.append(c.Statement(f"{target} = {acc}"))
                 continue
             it, header = self.em.for_header(inner)
@@ -152,6 +157,37 @@ class Promotion:
                 pragma = red
             nest = [c.Pragma(pragma), loop] if pragma else [loop]
         return [c.Block(decls + pro + nest + epi)]
+
+    def _split_sum(self, loops, red, st, acc: str, code: str):
+        """A ``+``/``*`` reduction over one loop of at least two blocks of ``4 x lanes``
+        iterations, with an accumulator per lane of four vectors (``pt_part``): one
+        vector accumulator makes every step wait for the previous one (4 cycles of
+        latency per vector), four keep the adder busy (a 1024-long sum: 2x).  The
+        statements, or None where that does not apply."""
+        if red is None or len(loops) != 1 or st.op not in ("+", "*"):
+            return None
+        lo, hi = _const_bounds(loops[0])
+        width = 4 * self.em.lanes(st.rhs.dtype.np_dtype.itemsize)
+        if lo is None or hi - lo + 1 < 2 * width:
+            return None
+        it = self.em.for_header(loops[0])[0]
+        ct = st.rhs.dtype.c_name
+        ident = literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)
+        part = f"pt_part_{acc}"
+        end = lo + (hi - lo + 1) // width * width  # the blocks end here
+        lane = f"{part}[pt_l]"
+        simd = self.em.simd_loop
+        block = c.For(f"long {it}_o = {lo}L", f"{it}_o < {end}L", f"{it}_o += {width}L",
+                      c.Block(simd(("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1"), c.Block([
+                          c.Statement(f"long {it} = {it}_o + pt_l"),
+                          c.Statement(re.sub(rf"\b{acc}\b", lane, code))]))))
+        rest = [c.For(f"long {it} = {end}L", f"{it} <= {hi}L", f"{it} += 1",
+                      c.Block([c.Statement(code)]))] if end <= hi else []
+        combine = [c.Pragma(red), c.For("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1",
+                                        c.Statement(f"{acc} {st.op}= {lane}"))]
+        return [c.Statement(f"{ct} {part}[{width}] __attribute__((aligned(64)))")] + \
+            simd(("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1"),
+                 c.Statement(f"{lane} = {ident}")) + [block] + rest + combine
 
     def _simd_reduction(self, items):
         """The pragma that vectorises the reduction into one scalar accumulator
@@ -301,6 +337,10 @@ class CEmitter:
 
     def reduction_pragma(self, op: str, acc: str):
         return f"omp simd reduction({op}:{acc})" if self.vectorize else None
+
+    def lanes(self, itemsize: int) -> int:
+        """Elements of ``itemsize`` bytes in one of the host's vector registers."""
+        return host().lanes(itemsize)
 
     def simd_loop(self, header, body) -> list:
         """A loop the C compiler should vectorise."""
