@@ -154,14 +154,15 @@ def test_tile_height_balances_cores(m):
     from polytc.tiling.strategy import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
-    ti = choose_sizes(m, m, m, 4, two).cache[0]
+    sizes = choose_sizes(m, m, m, 4, two)
+    ti, mr = sizes.cache[0], sizes.register[0]
 
     def busiest(t):
         full, rest = divmod(m, t)
         return -(-full // 2) * t + rest
 
-    assert ti % 6 == 0
-    options = [6 * k for k in range(1, 17)]
+    assert ti % mr == 0
+    options = [mr * k for k in range(1, 17)]
     assert busiest(ti) <= m / 2 * 1.06 or busiest(ti) == min(busiest(t) for t in options)
 
 
