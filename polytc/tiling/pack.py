@@ -85,8 +85,11 @@ def pack(node, sst, read, members, cache, jpos, nr, count):
     inner = [r for r, (v, _) in enumerate(red) if sst.vars[v] in last]
     if contig_j or not inner:
         band = ["p"] + ks + ["l"]
-    else:
-        band = ["p", "l"] + [k for r, k in enumerate(ks) if r != inner[0]] + [ks[inner[0]]]
+    else:  # a transposing copy, in blocks of a cache line along k: the lines it reads
+        kin = ks[inner[0]]  # and the lines it writes stay in L1 (sgemm A B^T: 7.2 -> 6.3 ms)
+        line = max(1, 64 // read.dtype.np_dtype.itemsize)
+        band = ["p"] + [k for r, k in enumerate(ks) if r != inner[0]] + \
+            [f"floor({kin}/{line})", "l", kin]
     tup = ", ".join(ts + ["p"] + ks + ["l"])
     sched = isl.UnionMap.read_from_str(ctx, f"{{ {name}[{tup}] -> [{', '.join(band)}] }}")
     graft = isl.ScheduleNode.from_extension(ext).child(0)
