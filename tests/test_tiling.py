@@ -261,3 +261,34 @@ def test_only_used_division_helpers_emitted():
     x = np.arange(1, 9, dtype=np.int32)
     code = k.specialize(x, x).code
     assert "pt_div_int32" in code and "pt_div_int8" not in code and "pt_div_uint16" not in code
+
+
+KRON = """def kron(float(I0,J0) W0, float(I1,J1) W1, float(M,J0,J1) X) -> (Y) {
+    T(m, i0, b1) +=! W0(i0, b0) * X(m, b0, b1)
+    Y(m, i0, i1) +=! T(m, i0, b1) * W1(i1, b1)
+}"""
+
+
+@pytest.mark.parametrize("m,i0,j0,i1,j1", [(64, 32, 32, 32, 32), (9, 13, 17, 19, 23)])
+def test_contractions_chained_over_a_batch_fuse_over_it(m, i0, j0, i1, j1):
+    """A Kronecker product's two contractions share the batch m: one loop over m, each
+    contraction a tiled matrix product per batch element, packed through the batch
+    index the outer loop runs, and T one batch element's worth (contracted)."""
+    ck = check(KRON, [(i0, j0), (i1, j1), (m, j0, j1)], polytc.Options(parallel_min_points=1))
+    tiling = ck.stages["tiling"]
+    assert tiling.count("contraction S") == 2
+    if j1 >= 16 and i1 >= 16:
+        assert "pack S0; tensor X" in tiling and "pack S1; tensor W1" in tiling
+    assert "contract T" in ck.stages["contraction"]
+    body = ck.code[ck.code.index("int polytc_kernel"):]
+    assert body.count("omp parallel for") == 1
+
+
+def test_batched_contraction_keeps_its_rows_whole():
+    """With a batch to share among the cores, the i tiles are not split per core."""
+    from polytc.tiling.machine import Machine
+    from polytc.tiling.strategy import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(256, 256, 64, 4, two, packed=True).cache[0] == 128
+    assert choose_sizes(256, 256, 64, 4, two, packed=True, cores=1).cache[0] == 256

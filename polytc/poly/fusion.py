@@ -31,6 +31,9 @@ def isl_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> tup
     ``preserve`` and the others to program order (always legal; strategy ``program``)."""
     if fusion == "auto":
         if has_contraction(scop):
+            batched = batch_fused(scop, deps)
+            if batched is not None:
+                return batched, "max"
             return isl_schedule(scop, deps, "preserve")
         fused, used = isl_schedule(scop, deps, "max")
         if used != "max":
@@ -101,18 +104,34 @@ def _in_sequence(leaf, scop: Scop, fused: dict) -> isl.Schedule:
     return seq.get_schedule()
 
 
-def shared_rows(scop: Scop, deps: Dependences) -> isl.Schedule | None:
+def batch_fused(scop: Scop, deps: Dependences) -> isl.Schedule | None:
+    """A chain of contractions over a batch (``T(m, i, j) += W(i, k) * X(m, k, j)``, then
+    ``Y(m, i, l) += T(m, i, j) * V(l, j)``: a Kronecker product, attention's two matrix
+    products) fused over the batch indices they share, when each keeps two indices of its
+    result for its own tiles (a ``Ti x Tj`` matrix product per batch element, and the
+    temporary between them one batch element's worth: contracted).  Matrix products
+    that share only their rows (an MLP) stay apart: fused over the rows, each would be a
+    matrix-vector product per row.  None when that does not apply."""
+    bodies = [s for s in scop.stmts if s.kind == "body" and s.stmt.reduction_vars]
+    if len(bodies) < 2:
+        return None
+    cap = min(len(s.stmt.indices) - 2 for s in bodies)
+    return shared_rows(scop, deps, cap) if cap >= 1 else None
+
+
+def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None) -> isl.Schedule | None:
     """Max fusion by construction, without isl's scheduler, for a program whose
     statements all run over the same leading indices (rows: ``n`` of a softmax, ``n, g``
     of a group norm) when no dependence crosses from one row to another: the first ``k``
-    indices of every statement (``k`` as large as that holds) become one band of parallel
+    indices of every statement (``k`` as large as that holds, at most ``cap``) become one
+    band of parallel
     loops, and below it the statements run in program order, each over its other indices
     (legal: within a row, program order is the original order).  isl's scheduler would
     find the same band, but on a 5-d group norm it runs for seconds.  None when no
     leading index is shared that way."""
     if len(scop.stmts) < 2:
         return None
-    k = min(len(s.vars) for s in scop.stmts)
+    k = min([len(s.vars) for s in scop.stmts] + ([cap] if cap is not None else []))
     maps: list = []
     deps.validity.foreach_map(maps.append)
     if not _connected([s.name for s in scop.stmts], maps):

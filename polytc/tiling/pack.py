@@ -46,18 +46,46 @@ def vector_operand(sst, j, i):
 
 
 
-def pack(node, sst, read, members, cache, jpos, nr, count):
+def outer_indices(node, sst, members) -> dict | None:
+    """Statement index -> position in ``node``'s prefix schedule, for each index of
+    ``sst`` that the band ``node`` does not schedule (``members``): the outer loop that
+    runs exactly that index (a batch loop around the contraction); None when one has
+    no such loop."""
+    try:
+        prefix = node.get_prefix_schedule_union_map()
+    except isl.Error:
+        return None
+    found: list = []
+    prefix.intersect_domain(isl.UnionSet.from_set(sst.domain)).foreach_map(found.append)
+    out = {}
+    for v in range(len(sst.vars)):
+        if v in members:
+            continue
+        if len(found) != 1:
+            return None
+        m = found[0]
+        d = next((d for d in range(m.dim(isl.dim_type.out)) if m.is_subset(
+            m.equate(isl.dim_type.in_, v, isl.dim_type.out, d))), None)
+        if d is None:
+            return None
+        out[v] = d
+    return out
+
+
+def pack(node, sst, read, members, cache, jpos, nr, count, outer=None):
     """Graft the copy of ``read``'s tile at ``node`` (the child of the cache-tile band,
     whose member ``m`` schedules the statement's index ``members[m]`` in tiles of
     ``cache[m]``; ``jpos``: the ``j`` member, whose ``nr`` consecutive values are a
-    panel's lanes, the reductions follow it); returns the node at the same position and
+    panel's lanes, the reductions follow it; ``outer``: where the indices that outer
+    loops run are in the prefix, see ``outer_indices``); returns the node at the same position and
     the ``pack`` Decision (the facts whose name starts with ``_`` tell the code
     generator the layout)."""
     ctx = node.get_ctx()
     name = f"pack{count}"
     depth = node.get_schedule_depth()
     base = depth - len(members)  # prefix position of the tile band's first member
-    pos = {v: base + p for p, v in enumerate(members)}  # statement index -> prefix
+    pos = dict(outer or {})  # statement index -> prefix position (``outer_indices``)
+    pos.update({v: base + p for p, v in enumerate(members)})
     j, tj = members[jpos], cache[jpos]
     red = list(zip(members[jpos + 1:], cache[jpos + 1:]))
     kt = 1

@@ -26,7 +26,7 @@ from ..lang.ranges import Interval
 from ..poly import transform as T
 from .decisions import Decision
 from .machine import Machine
-from .pack import pack, vector_operand
+from .pack import outer_indices, pack, vector_operand
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,11 @@ class Sizes:
     register: tuple  # (MR, NR)
 
 
-def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False) -> Sizes:
-    """Register tile from the vector registers, cache tiles from L1/L2.
+def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
+                 cores: int | None = None) -> Sizes:
+    """Register tile from the vector registers, cache tiles from L1/L2.  ``cores``: how
+    many ways the ``i`` tiles are shared (default: the machine's cores; 1 when loops
+    outside the contraction, a batch, keep the cores busy already).
 
     With a packed vector operand the sizes follow the analytical BLIS model: the
     micro-panel of the operand (``Tk x NR``) fills half of L1 and stays there while the
@@ -64,9 +67,10 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False) -> Siz
     if packed:
         tk = min(ext_k, max(16, (m.l1 // 2) // (itemsize * nr)))
         most = max(1, (m.l2 // 2) // (itemsize * tk * mr))  # register tiles in Ti
-        shares = m.cores
+        step = cores or m.cores
+        shares = step
         while -(-ext_i // (shares * mr)) > most:
-            shares += m.cores
+            shares += step
         ti = -(-ext_i // shares)
         tj = nr * max(1, min(8, -(-ext_j // nr)))
         if ti * min(tj, ext_j) * itemsize > m.l2 // 4:
@@ -77,7 +81,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False) -> Siz
         return Sizes((ti, tj, tk), (mr, nr))
     tk = min(ext_k, max(16, (m.l2 // 8) // (itemsize * max(nr, 1) * 4)))
     tj = nr * max(1, min(4, -(-ext_j // nr)))
-    ti = _balanced(ext_i, mr, m.cores)
+    ti = _balanced(ext_i, mr, cores or m.cores)
     return Sizes((ti, tj, tk), (mr, nr))
 
 
@@ -255,10 +259,11 @@ class Tiler:
         cands = [m for m in par if m != j and any(
             sst.vars[vars_[m]] not in P.index_names(*r.indices) for r in reads)]
         i = max(cands, key=lambda m: self.extent(sst, vars_[m])) if cands else None
-        operand = None
-        if self.pack and i is not None and sorted(vars_) == list(range(len(sst.vars))) \
-                and self.options.vectorize and self.nonnegative(sst):
-            operand = vector_operand(sst, jname, sst.vars[vars_[i]])
+        operand = batch = None
+        if self.pack and i is not None and self.options.vectorize and self.nonnegative(sst):
+            batch = outer_indices(node, sst, vars_)  # the indices batch loops run
+            if batch is not None:
+                operand = vector_operand(sst, jname, sst.vars[vars_[i]])
         if operand is None and not any(
                 r.indices and jname in P.index_names(r.indices[-1]) for r in reads):
             # no input is unit-stride along j (A B^T, or a dot product per row), and none
@@ -266,6 +271,12 @@ class Tiler:
             return None
         lead = [i] if i is not None else []
         outer = [m for m in par if m not in (i, j)]
+        # the iterations of the loops around the i tiles: a batch (outer members, or
+        # outer loops running indices of the statement) that keeps the cores busy
+        work = 1
+        for v in [vars_[m] for m in outer] + list((outer_indices(node, sst, vars_) or {})):
+            work *= max(1, self.extent(sst, v))
+        cores = 1 if work >= 4 * self.machine.cores else None
         order = outer + lead + [j] + red
         node = T.permute(node, order)
         ext = [self.extent(sst, vars_[m]) for m in order]
@@ -273,7 +284,7 @@ class Tiler:
         k_big = max(range(len(red)), key=lambda r: ext[p_red + r])
         itemsize = sst.stmt.rhs.dtype.np_dtype.itemsize
         sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
-                          itemsize, self.machine, packed=operand is not None)
+                          itemsize, self.machine, packed=operand is not None, cores=cores)
         if self.options.tile:
             sz = Sizes(tuple(self.options.tile), sz.register)
         if self.options.register_tile:
@@ -298,7 +309,7 @@ class Tiler:
         point = node.child(0)
         if packed:
             point, decision = pack(point, sst, operand, [vars_[m] for m in order], cache,
-                                   p_red - 1, nr, self.packs)
+                                   p_red - 1, nr, self.packs, batch)
             self.packs += 1
             self.report.append(decision)
         regn = T.tile(point, reg)
