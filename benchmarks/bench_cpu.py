@@ -973,12 +973,13 @@ def setup_workers(bench, arrays, refs, opts, fams, workers, suffix, args, conten
 
 
 def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None,
-              single=None):
+              single=False):
     """One row of the table.  ``workers``: family -> Worker (each library in its own
-    process); None: every library in this process (``--in-process``).  ``single``:
-    family -> Worker on one thread (the 1T columns).  With accelerator ``--targets``,
-    the row of the targets table is appended to ``target_rows``."""
-    fams = families(args.targets)
+    process); None: every library in this process (``--in-process``).  With accelerator
+    ``--targets``, the row of the targets table is appended to ``target_rows``.
+    ``single``: the one-thread pass instead (``workers`` run on one thread): the row's
+    three 1T cells."""
+    fams = {f: FAMILIES[f][:1] for f in SINGLE} if single else families(args.targets)
     arrays = [placed(a, args.input_offset) for a in bench.inputs(rng)]
     ref = bench.numpy(*arrays)
     refs = tuple(np.asarray(r) for r in as_tuple(ref))
@@ -1002,12 +1003,10 @@ def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None,
         opts = {"tune_budget": args.tune_budget, "verbose": args.verbose,
                 "quiet": not args.no_settle, "offsets": [a.ctypes.data % 64 for a in arrays],
                 "launch": len(fams) > len(FAMILIES)}
-        setup_workers(bench, arrays, refs, opts, fams, workers, "", args, contenders, cells,
-                      notes)
         if single:
-            one = {**opts, "tune_budget": 0.0, "launch": False}
-            setup_workers(bench, arrays, refs, one, {f: FAMILIES[f][:1] for f in single},
-                          single, " 1T", args, contenders, cells, notes)
+            opts = {**opts, "tune_budget": 0.0, "launch": False}
+        setup_workers(bench, arrays, refs, opts, fams, workers, " 1T" if single else "", args,
+                      contenders, cells, notes)
 
     repeats = args.repeats if bench.repeats is None else min(args.repeats, bench.repeats)
     timings = common.time_interleaved(
@@ -1024,8 +1023,13 @@ def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None,
         else:
             times[col] = t.median
 
-    best1 = min((c for c in (f + " 1T" for f in SINGLE[1:]) if c in times), key=times.get,
-                default=None)
+    if single:
+        best1 = min((c for c in (f + " 1T" for f in SINGLE[1:]) if c in times),
+                    key=times.get, default=None)
+        return [cells.get("polytc 1T") or common.fmt_ms(times.get("polytc 1T")),
+                f"{common.fmt_ms(times[best1])} {best1[:-3]}" if best1 else "-",
+                common.fmt_ratio(times["polytc 1T"] / times[best1])
+                if best1 and "polytc 1T" in times else "-"]
     best_col = min((c for c in CONTENDERS if c in times), key=times.get, default=None)
     best = times[best_col] if best_col else math.nan
     poly = min((times[c] for c in ("polytc", "tuned") if c in times), default=math.nan)
@@ -1044,13 +1048,7 @@ def run_bench(bench, args, threads, rng, notes, workers=None, target_rows=None,
     row.append(common.fmt_num(flops / poly * 1e-9) if math.isfinite(poly) else "-")
     row.append(common.fmt_num(nbytes / poly * 1e-9)
                if bench.membound and math.isfinite(poly) else "")
-    if single is None:
-        row += ["-", "-", "-"]
-    else:
-        row.append(cells.get("polytc 1T") or common.fmt_ms(times.get("polytc 1T")))
-        row.append(f"{common.fmt_ms(times[best1])} {best1[:-3]}" if best1 else "-")
-        row.append(common.fmt_ratio(times["polytc 1T"] / times[best1])
-                   if best1 and "polytc 1T" in times else "-")
+    row += ["-", "-", "-"]  # the 1T cells: a pass of their own (report)
     samples = {c: len(t.samples) for c, t in timings.items() if t.error is None}
     if any(n != args.repeats for n in samples.values()):
         notes.append(f"{bench.name}: samples per column "
@@ -1166,7 +1164,7 @@ def main(argv=None):
 
     threads = common.default_threads()
     fams = families(args.targets)
-    workers = single = None
+    workers = None
     try:
         early_notes = []
         if args.in_process:
@@ -1189,21 +1187,38 @@ def main(argv=None):
                     early_notes.append(str(e))
             versions = {f: w.version for f, w in workers.items() if w.version}
             missing = {f for f, w in workers.items() if w.missing is not None}
-            if threads > 1 and not args.no_single:
-                single = start_workers(1, not args.default_malloc, SINGLE)
-                for w in single.values():
-                    try:
-                        w.hello()
-                    except WorkerError as e:
-                        early_notes.append(f"{e} (one thread)")
-        return report(args, chosen, threads, workers, versions, missing, early_notes, single)
+        return report(args, chosen, threads, workers, versions, missing, early_notes)
     finally:
-        for ws in (workers, single):
-            for w in (ws or {}).values():
-                w.stop()
+        for w in (workers or {}).values():
+            w.stop()
 
 
-def report(args, chosen, threads, workers, versions, missing, notes, single=None):
+def single_pass(args, chosen, rows, notes, workers):
+    """The 1T cells of ``rows``: the same kernels and inputs again, with polytc, numpy,
+    torch and onnxruntime each in a worker on one thread, after the main pass's
+    ``workers`` are stopped (timed side by side with them, polytc's two threads ran as
+    slowly as one: some worker's pool kept a core)."""
+    for w in workers.values():
+        w.stop()
+    single = start_workers(1, not args.default_malloc, SINGLE)
+    try:
+        for w in single.values():
+            try:
+                w.hello()
+            except WorkerError as e:
+                notes.append(f"{e} (one thread)")
+        rng = np.random.default_rng(0)  # the main pass's inputs, in the same order
+        for bench, row in zip(chosen, rows):
+            try:
+                row[-3:] = run_bench(bench, args, 1, rng, notes, single, single=True)
+            except Exception as e:  # noqa: BLE001 -- one broken kernel does not end the run
+                notes.append(f"{bench.name} (one thread): {short(e)}")
+    finally:
+        for w in single.values():
+            w.stop()
+
+
+def report(args, chosen, threads, workers, versions, missing, notes):
     vers = [f"numpy {np.__version__}"]
     for family, lib in (("torch", "torch"), ("ort", "onnxruntime")):
         v = versions.get(family) or (versions.get("torch.compile") if lib == "torch" else None)
@@ -1245,13 +1260,15 @@ def report(args, chosen, threads, workers, versions, missing, notes, single=None
     for bench in chosen:
         t0 = time.perf_counter()
         try:
-            rows.append(run_bench(bench, args, threads, rng, notes, workers, target_rows,
-                                  single))
+            rows.append(run_bench(bench, args, threads, rng, notes, workers, target_rows))
         except Exception as e:  # noqa: BLE001 -- one broken kernel does not end the run
             rows.append([bench.name] + ["fail"] + [""] * (len(COLUMNS) - 2))
             notes.append(f"{bench.name}: {short(e)}")
         if args.verbose:
             print(f"{bench.name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    single = workers is not None and threads > 1 and not args.no_single
+    if single:
+        single_pass(args, chosen, rows, notes, workers)
     print()
     print(common.table(COLUMNS, rows))
     print()
