@@ -169,3 +169,17 @@ def test_long_sums_keep_an_accumulator_per_lane(d):
     np.testing.assert_allclose(Pr, X.prod(1, dtype=np.float64), rtol=1e-3)
     split = d >= 2 * 4 * host().lanes(4)
     assert ("pt_part_pt_acc0" in k.specialize(X).code) == split
+
+
+def test_a_temporary_read_beside_its_parallel_loop_stays_an_array():
+    """isl may generate an instance that touches the temporary next to the parallel loop
+    rather than in it (``T3 = T1(2)`` here, found by the differential fuzzer): the code
+    is made again with that temporary as an array."""
+    src = """def f(float(4) A) -> (float T0, float T3) {
+        T0 +=! A(i) where i in 1:4
+        T1(i) = A(i) where i in 0:4 - 1
+        T0 +=! A(i) where i in 1:4
+        T3 = T1(2)
+    }"""
+    ck = run(src, [(4,)], polytc.Options(parallel_min_points=0, fusion="preserve"))
+    assert "pt_l_T1" not in ck.code

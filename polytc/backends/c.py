@@ -26,12 +26,22 @@ class C(Backend):
         return {"threads": config.num_threads()}
 
     def generate(self, b):
-        em = CEmitter(b.scop, b.options.num_threads or config.num_threads(), b.options.vectorize,
-                      b.tiling, b.options.reciprocal)
-        code = em.function(b.ast, FUNCTION_NAME, b.fills)
+        decisions = tuple(b.tiling)
+        while True:
+            em = CEmitter(b.scop, b.options.num_threads or config.num_threads(),
+                          b.options.vectorize, decisions, b.options.reciprocal)
+            code = em.function(b.ast, FUNCTION_NAME, b.fills)
+            if not em.escaped:
+                break
+            # a contracted temporary that isl's AST reads outside its parallel loop
+            # stays an array
+            decisions = tuple(d for d in decisions
+                              if d.kind != "contract" or d.subject not in em.escaped)
+            b = b.stage("contraction", "\n".join(
+                str(d) for d in decisions if d.kind == "contract") or "(none)")
         if not b.options.fp_contract:
             code = '#pragma GCC optimize ("fp-contract=off")\n' + code
-        return b.stage("c", code, code=code, sites=tuple(em.sites))
+        return b.stage("c", code, code=code, sites=tuple(em.sites), tiling=decisions)
 
     def compile(self, b):
         so = build_shared_object(b.code, {"name": b.program.name})

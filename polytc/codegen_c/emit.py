@@ -239,6 +239,11 @@ class CEmitter:
         self.helpers: list = []  # outlined parallel loop bodies
         prog = scop.program
         self.locals = locals_of(decisions, scop, isl_expr)  # contracted temporaries
+        self.outlining = 0  # the depth of outlined parallel loops around the node
+        self.touched: list = []  # (local, inside an outlined loop) per printed instance
+        #: locals some instance accesses outside the loop that declares them (isl put it
+        #: beside the loop): the code is made again without them (``backends.c``)
+        self.escaped: set = set()
         self.params = [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
             [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries
              if t.name not in self.locals]
@@ -266,16 +271,23 @@ class CEmitter:
             text = self.pragma(kind)
             if kind != "parallel" or not text:
                 return self.node(n.mark_get_node(), pragma=(text, f"c{depth}") if text else None)
-            decls = [lc.declaration() for lc in self.locals.values() if lc.loop == f"c{depth}"]
+            mine = [lc for lc in self.locals.values() if lc.loop == f"c{depth}"]
+            decls = [lc.declaration() for lc in mine]
             placed: list = []  # the outlined bodies that declare the buffers
+            first = len(self.touched)
             out = self.node(n.mark_get_node(), pragma=(text, f"c{depth}", decls, placed))
             if decls and not placed:
                 out = [c.Block(decls + out)]  # isl dropped the loop: it runs once
+            elif placed:  # an access isl generated outside the loop sees no buffer
+                self.escaped.update(t for t, inside in self.touched[first:] if not inside)
             return out
         if t == T.for_:
             it, header = self.for_header(n)
+            outlined = bool(pragma) and it == pragma[1] and pragma[0].startswith("omp parallel")
             self.iters.append(it)
+            self.outlining += outlined
             inner = self.node(n.for_get_body())
+            self.outlining -= outlined
             self.iters.pop()
             # a mark applies to the loop of its schedule dimension; when isl dropped
             # that loop (one iteration), to no loop at all
@@ -364,6 +376,7 @@ class CEmitter:
         packed = self.packed.get(sst.name)
         p = ExprPrinter(*args) if packed is None else PackPrinter(packed, *args)
         p.locals = {t: lc.at(sst, vars) for t, lc in self.locals.items() if sst.name in lc.offsets}
+        self.touched += [(t, self.outlining > 0) for t in p.locals]
         if self.reciprocal:
             p.varying = tuple(self.iters[-1:])
         return p

@@ -9,7 +9,8 @@ One emitter serves OpenCL C and CUDA; a ``Dialect`` (``codegen_opencl``,
   (isl dropped a loop of one iteration, or a region maps fewer axes than the block has)
   runs only where that axis' id is 0, so every instance runs exactly once;
 * barriers: after each thread-mapped region (a later region may read what other threads
-  wrote), before the copies into shared memory and before the compute that reads them;
+  wrote), around a statement only thread 0 runs outside such a region in a kernel of one
+  block, before the copies into shared memory and before the compute that reads them;
   they are never inside a thread-mapped loop, so every thread of a block reaches them;
 * a failed run-time check stores its site number in the kernel's ``err`` and the first
   one reaches the host through the ``pt_err`` buffer (an atomic compare-and-swap).
@@ -168,7 +169,14 @@ class GpuEmitter(CEmitter):
                 conds.append(f"{d.local_id(a)} == 0")
         if not conds:
             return stmts
-        return [c.If(" && ".join(conds), c.Block(stmts))]
+        guard = [c.If(" && ".join(conds), c.Block(stmts))]
+        # in a kernel on one block, outside any thread-mapped loop (every thread gets
+        # here): what one thread runs may read what the others wrote just before, or
+        # write what they read next; a barrier on each side
+        if self.launch.grid == [1, 1, 1] and self.threads() > 1 and \
+                not any(kind == "thread" for kind, _ in self.covered):
+            return [self.barrier()] + guard + [self.barrier()]
+        return guard
 
     def threads(self) -> int:
         n = 1
