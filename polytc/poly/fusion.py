@@ -121,14 +121,13 @@ def batch_fused(scop: Scop, deps: Dependences) -> isl.Schedule | None:
 
 def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None) -> isl.Schedule | None:
     """Max fusion by construction, without isl's scheduler, for a program whose
-    statements all run over the same leading indices (rows: ``n`` of a softmax, ``n, g``
-    of a group norm) when no dependence crosses from one row to another: the first ``k``
-    indices of every statement (``k`` as large as that holds, at most ``cap``) become one
-    band of parallel
-    loops, and below it the statements run in program order, each over its other indices
-    (legal: within a row, program order is the original order).  isl's scheduler would
-    find the same band, but on a 5-d group norm it runs for seconds.  None when no
-    leading index is shared that way."""
+    statements, connected by their dependences, all run over the same leading indices
+    (rows: ``n`` of a softmax, ``n, g`` of a group norm) and no dependence crosses from
+    one row to another: the first ``k`` indices of every statement (``k`` as large as
+    that holds, at most ``cap``) become one band of parallel loops, and below it the
+    statements run in program order, each over its other indices (legal: within a row,
+    program order is the original order).  isl's scheduler would find the same band, but
+    on a 5-d group norm it runs for seconds.  None when no leading index is shared so."""
     if len(scop.stmts) < 2:
         return None
     k = min([len(s.vars) for s in scop.stmts] + ([cap] if cap is not None else []))

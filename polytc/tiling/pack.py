@@ -77,9 +77,9 @@ def pack(node, sst, read, members, cache, jpos, nr, count, outer=None):
     whose member ``m`` schedules the statement's index ``members[m]`` in tiles of
     ``cache[m]``; ``jpos``: the ``j`` member, whose ``nr`` consecutive values are a
     panel's lanes, the reductions follow it; ``outer``: where the indices that outer
-    loops run are in the prefix, see ``outer_indices``); returns the node at the same position and
-    the ``pack`` Decision (the facts whose name starts with ``_`` tell the code
-    generator the layout)."""
+    loops run are in the prefix, see ``outer_indices``); returns the node at the same
+    position and the ``pack`` Decision (the facts whose name starts with ``_`` tell the
+    code generator the layout)."""
     ctx = node.get_ctx()
     name = f"pack{count}"
     depth = node.get_schedule_depth()
