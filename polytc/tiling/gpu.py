@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from ..poly import transform as T
+from ..poly.schedule import member_coefficients
 from .decisions import Decision
 from .promote import promote
 
@@ -132,6 +133,17 @@ def map_mark(band, kind: str, m: int):
     return band.insert_mark(isl.Id(name, context=band.get_ctx())).child(0)
 
 
+def _runs_once(band) -> bool:
+    """Whether a statement of ``band`` sits at one value of its first member among
+    others that loop over it (``T3 = T1(2)`` beside ``T1(i) = ...``): isl generates it
+    next to the loop, so on a grid it would run in block 0 and read what another block
+    writes, which no barrier orders; on one block, barriers do (the differential
+    fuzzer's find)."""
+    coefs = member_coefficients(band)
+    return len(coefs) > 1 and any(
+        members[0] is not None and not any(members[0][0]) for members in coefs.values())
+
+
 def _pad(values, m, fill=1) -> list:
     """The last ``m`` entries of ``values``, padded in front with ``fill``."""
     v = list(values)[-m:]
@@ -170,7 +182,8 @@ class _Mapper:
 
 class ThreadMapper(_Mapper):
     def kernel(self, node, launch: Launch):
-        if node.get_type() == _BAND and node.band_member_get_coincident(0):
+        if node.get_type() == _BAND and node.band_member_get_coincident(0) and \
+                not _runs_once(node):
             return self.blocks(node, launch)
         return self.one_block(node, launch)
 
