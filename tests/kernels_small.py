@@ -1,5 +1,8 @@
-"""A few programs shared by several test files."""
+"""A few programs, and the oracle comparison, shared by several test files."""
 import numpy as np
+
+import polytc
+from polytc.lang import reference
 
 MATMUL = """
 def matmul(float(M,K) A, float(K,N) B) -> (C) {
@@ -18,3 +21,17 @@ def softmax(float(N,D) X) -> (Y) {
 def np_softmax(x):
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
+
+
+def check(src, shapes, options, dtype=np.float32, seed=0, rtol=1e-4, atol=1e-4):
+    """Compile ``src`` with ``options``, run it on random inputs of ``shapes`` and
+    compare every output with the reference interpreter; the specialised kernel."""
+    k = polytc.tc(src, options=options)
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    got = k(*args)
+    want = reference.run(k.program, args)
+    got = got if isinstance(got, tuple) else (got,)
+    for t, g in zip(k.program.outputs, got):
+        np.testing.assert_allclose(g, want[t.name], rtol=rtol, atol=atol)
+    return k.specialize(*args)

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 import polytc
-from polytc.lang import reference
 from polytc.compiler import pipeline
 from polytc.tiling.decisions import Decision
-from tests.kernels_small import SOFTMAX
+from tests.kernels_small import SOFTMAX, check
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 MATMUL_T = "def mmt(float(K,M) A, float(N,K) B) -> (C) { C(m, n) +=! A(k, m) * B(n, k) }"
@@ -22,18 +21,6 @@ MLP = """def layer(float(B,I) X, float(I,O) W, float(O) b) -> (Y) {
     Y(m, o) = fmax(T(m, o) + b(o), 0.0)
 }"""
 SMALL = polytc.Options(tile=(12, 32, 8), register_tile=(3, 16), parallel_min_points=1)
-
-
-def check(src, shapes, options, dtype=np.float32, seed=0):
-    k = polytc.tc(src, options=options)
-    rng = np.random.default_rng(seed)
-    args = [rng.standard_normal(s).astype(dtype) for s in shapes]
-    got = k(*args)
-    want = reference.run(k.program, args)
-    got = got if isinstance(got, tuple) else (got,)
-    for t, g in zip(k.program.outputs, got):
-        np.testing.assert_allclose(g, want[t.name], rtol=1e-4, atol=1e-4)
-    return k.specialize(*args)
 
 
 @pytest.mark.parametrize("m,k,n", [(24, 16, 64), (25, 17, 65), (7, 3, 5), (36, 8, 33)])
@@ -292,3 +279,28 @@ def test_batched_contraction_keeps_its_rows_whole():
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     assert choose_sizes(256, 256, 64, 4, two, packed=True).cache[0] == 128
     assert choose_sizes(256, 256, 64, 4, two, packed=True, cores=1).cache[0] == 256
+
+
+def test_tile_depth_grows_when_the_result_block_leaves_l2():
+    """Tk from L1 while the Ti x Tj result block stays in a quarter of L2; beyond, as
+    deep as half of L2 holds the Ti x Tk block (the result tile is then loaded and
+    stored once per Tk step from memory)."""
+    from polytc.tiling.machine import Machine
+    from polytc.tiling.strategy import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    small = choose_sizes(128, 1024, 1024, 4, two, packed=True)  # 64 x 512: 128 KiB
+    assert small.cache == (64, 512, (24 << 10) // (4 * 64))
+    big = choose_sizes(1024, 1024, 1024, 4, two, packed=True)  # 512 x 512: 1 MiB
+    assert big.cache == (512, 512, (1 << 20) // (4 * 512))
+
+
+def test_narrow_j_takes_whole_vectors_and_more_rows():
+    """j = 56 with 16 lanes: three vectors (a partial fourth would leave the
+    micro-kernel) and 8 rows, 24 accumulators."""
+    from polytc.tiling.machine import Machine
+    from polytc.tiling.strategy import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(64, 56, 576, 4, two).register == (8, 48)
+    assert choose_sizes(64, 8, 576, 4, two).register == (6, 8)  # under one vector

@@ -7,6 +7,7 @@ from ..codegen_c.compiler import build_shared_object
 from ..codegen_c.emit import CEmitter
 from ..compiler.passes import statement_points
 from ..lang import program as P
+from ..tiling.contract import text as contract_text
 from ..runtime.compiled import build_meta
 from ..runtime.native import CompiledKernel
 from .base import Backend
@@ -37,8 +38,7 @@ class C(Backend):
             # stays an array
             decisions = tuple(d for d in decisions
                               if d.kind != "contract" or d.subject not in em.escaped)
-            b = b.stage("contraction", "\n".join(
-                str(d) for d in decisions if d.kind == "contract") or "(none)")
+            b = b.stage("contraction", contract_text(decisions))
         if not b.options.fp_contract:
             code = '#pragma GCC optimize ("fp-contract=off")\n' + code
         return b.stage("c", code, code=code, sites=tuple(em.sites), tiling=decisions)

@@ -13,6 +13,7 @@ from ..poly import schedule as sched
 from ..poly.handsched import replay
 from ..poly.scop import Scop
 from ..tiling.contract import contract
+from ..tiling.contract import text as contract_text
 from ..tiling.gpu import map_schedule, strategy
 from ..tiling.machine import host
 from ..tiling.strategy import tile_schedule
@@ -108,8 +109,7 @@ def p_contract(b: Build) -> Build:
     that iteration (``tiling/contract.py``)."""
     packed = {d.facts["tensor"] for d in b.tiling if d.kind == "pack"}
     found = contract(current_schedule(b), b.scop, b.fills, packed, host().l2)
-    text = "\n".join(str(d) for d in found) or "(none)"
-    return b.stage("contraction", text, tiling=b.tiling + tuple(found))
+    return b.stage("contraction", contract_text(found), tiling=b.tiling + tuple(found))
 
 
 def p_map(b: Build) -> Build:

@@ -46,22 +46,54 @@ def contract(schedule, scop, fills, packed, l2: int) -> list:
         return True
 
     schedule.get_root().foreach_descendant_top_down(find)
-    temps = [t for t in scop.program.temporaries if t.name not in fills and t.name not in packed]
+    temps = {t.name: (t, _accesses(scop, t.name)) for t in scop.program.temporaries
+             if t.name not in fills and t.name not in packed}
     out = []
     for mark in marks:
         budget = min(LIMIT, l2 // 2)
-        for t in temps:
+        try:
+            dom = mark.child(0).get_domain()
+        except isl.Error:
+            continue
+        for t, found in temps.values():
+            if found is None or not found[1].domain().is_subset(dom):
+                continue  # a statement outside the parallel loop touches it
             # the deepest loop of the bands under the mark first: the smallest buffer
             # (reused by the iterations of inner loops, which one thread runs in turn)
             d = None
             for band, members in reversed(_loops(mark.child(0))):
-                d = _one(mark, band, members, scop, t)
+                d = _one(mark, band, members, scop, t, *found)
                 if d is not None:
                     break
             if d is not None and d.facts["_bytes"] <= budget:
                 budget -= d.facts["_bytes"]
                 out.append(d)
     return out
+
+
+def text(decisions) -> str:
+    """The ``contraction`` stage: the ``contract`` decisions among ``decisions``."""
+    return "\n".join(str(d) for d in decisions if d.kind == "contract") or "(none)"
+
+
+def _accesses(scop, tensor: str):
+    """``(maps, union)``: the accesses of ``tensor``, one map per statement access, and
+    their union; None when one has a subscript isl cannot describe (the whole array
+    may be touched) or there is none."""
+    touching: list = []
+
+    def keep(m):
+        if m.get_tuple_name(isl.dim_type.out) == tensor:
+            touching.append(m)
+
+    scop.reads.union(scop.writes).foreach_map(keep)
+    if not touching or any(_guarded(scop, m.get_tuple_name(isl.dim_type.in_), tensor)
+                           for m in touching):
+        return None
+    acc = isl.UnionMap.from_map(touching[0])
+    for m in touching[1:]:
+        acc = acc.union(isl.UnionMap.from_map(m))
+    return touching, acc
 
 
 def _loops(band) -> list:
@@ -76,12 +108,12 @@ def _loops(band) -> list:
     return out
 
 
-def _one(mark, band, members: int, scop, t):
-    """The ``contract`` decision for ``t`` per iteration of the loops through the first
-    ``members`` members of ``band`` (at or below ``mark``), or None."""
+def _one(mark, band, members: int, scop, t, touching, acc):
+    """The ``contract`` decision for ``t`` (accessed by ``touching``, whose union is
+    ``acc``) per iteration of the loops through the first ``members`` members of
+    ``band`` (at or below ``mark``), or None."""
     depth = int(mark.mark_get_id().get_name().partition(":")[2])
     try:
-        dom = mark.child(0).get_domain()
         prefix = band.get_prefix_schedule_union_map()
     except isl.Error:
         return None
@@ -89,22 +121,6 @@ def _one(mark, band, members: int, scop, t):
         band.band_get_partial_schedule().drop_dims(isl.dim_type.set, members,
                                                    band.band_n_member() - members))
     prefix = prefix.flat_range_product(first).intersect_domain(scop.domain)
-    access = scop.reads.union(scop.writes)
-    touching: list = []
-
-    def keep(m):
-        if m.get_tuple_name(isl.dim_type.out) == t.name:
-            touching.append(m)
-
-    access.foreach_map(keep)
-    if not touching or any(_guarded(scop, m.get_tuple_name(isl.dim_type.in_), t.name)
-                           for m in touching):
-        return None  # a subscript isl cannot describe: the whole array may be touched
-    acc = isl.UnionMap.from_map(touching[0])
-    for m in touching[1:]:
-        acc = acc.union(isl.UnionMap.from_map(m))
-    if not acc.domain().is_subset(dom):
-        return None  # a statement outside the parallel loop touches it
     try:
         per = isl.Map.from_union_map(prefix.reverse().apply_range(acc))
     except isl.Error:
