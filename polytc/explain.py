@@ -321,6 +321,19 @@ class _Explainer:
                          f"{nr} lanes load as contiguous vectors and a panel stays in L1 while "
                          "the register tiles of the other dimension pass over it (BLIS's "
                          "packing; a transposed operand becomes unit-stride).", str(entry))
+            elif kind == "fold":
+                d = entry.facts
+                parts = []
+                if d["init"]:
+                    parts.append("its accumulators start at zero on the first reduction "
+                                 f"tile instead of a pass that zeroes the result ({d['init']})")
+                if d["epilogue"]:
+                    parts.append(f"{self.label(d['epilogue'])} runs on each register tile "
+                                 "right after its last reduction tile, while it is in L1, "
+                                 "instead of in a pass of its own")
+                self.say("fusion", f"{self.label(entry.subject)} folds its init and epilogue "
+                         f"into its register tiles: {'; '.join(parts)} (switch off with "
+                         "Options(disable=('fold',))).", str(entry))
             elif kind == "contract":
                 d = entry.facts
                 self.say("memory", f"The temporary {entry.subject} never goes to memory: each "

@@ -60,8 +60,12 @@ def test_matmul_relu_with_the_cost_model(ab):
     e = polytc.tc(MMR).explain(*ab, vectorizer=False)
     fusion = e.about("fusion")
     one(fusion, "fusion='auto', which chose 'preserve', as the program has a contraction")
-    one(fusion, "S1 (line 3: D(m, n) = fmax(C(m, n), 0.0)) runs in its own loop nest after "
-                "S0 (line 2: C(m, n) += A(m, k) * B(k, n)). Fusing them would be legal")
+    one(fusion, "S0 (line 2: C(m, n) += A(m, k) * B(k, n)) folds its init and epilogue into "
+                "its register tiles", "S1 (line 3: D(m, n) = fmax(C(m, n), 0.0)) runs on each "
+                "register tile right after its last reduction tile")
+    unfolded = polytc.tc(MMR, options=Options(disable=("fold",))).explain(*ab, vectorizer=False)
+    one(unfolded.about("fusion"), "S1 (line 3: D(m, n) = fmax(C(m, n), 0.0)) runs in its own "
+        "loop nest after S0 (line 2: C(m, n) += A(m, k) * B(k, n)). Fusing them would be legal")
     tiling = one(e.about("tiling"), "S0 (line 2: C(m, n) += A(m, k) * B(k, n)) is a "
                                     "contraction: cache tiles")
     assert "sizes from the cost model (register tile from" in tiling

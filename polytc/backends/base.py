@@ -37,6 +37,9 @@ class Backend:
     packing = False
     #: whether its code generator keeps contracted temporaries (``tiling/contract.py``)
     contracting = False
+    #: whether its code generator folds inits and epilogues into register tiles
+    #: (``tiling/fold.py``)
+    folding = False
 
     def __repr__(self):
         return f"<polytc backend {self.name}>"

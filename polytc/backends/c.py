@@ -20,6 +20,7 @@ class C(Backend):
     host = True
     packing = True
     contracting = True
+    folding = True
     compiler = "gcc"
 
     def cache_facts(self) -> dict:

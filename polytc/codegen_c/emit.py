@@ -17,6 +17,7 @@ from ..lang import program as P
 from ..tiling.machine import host
 from .microkernel import const_bounds as _const_bounds
 from .microkernel import micro_kernel, typedefs
+from .fold import folds_of
 from .locals import locals_of
 from .pack import PackPrinter, packs_of
 from .cexpr import (PRELUDE, ExprPrinter, div_helpers, extremum_update, literal,
@@ -98,7 +99,7 @@ class Promotion:
             return vector
         iters = [self.em.for_header(lp)[0] for lp in loops]
         red, flag = self._simd_reduction(items)
-        decls, pro, body, epi = [], [], [], []
+        decls, pro, body, epi, post = [], [], [], [], []
         for u, (inner, user) in enumerate(items):
             sst, printer = self.em.instance(user)
             st = sst.stmt
@@ -108,12 +109,23 @@ class Promotion:
             target = target_code(sst, printer)
             if _uses(target, iters):
                 return None
+            fold = self.em.folds.get(sst.name)
+            if fold is not None:  # the folded init and epilogue (``fold.py``)
+                ends = fold.tile_conditions(self.em, loops, printer.vars)
+                if ends is None or flag:
+                    return None
+                header = self.em.for_header(inner)[1] if inner is not None else None
+                post.append(c.If(ends[1], c.Block(fold.epilogue(self.em, printer.vars,
+                                                                header))))
+                start = fold.start(ends[0], target)
+            else:
+                start = target
             if printer.varying:
                 printer.varying = tuple(iters)
             ct = st.rhs.dtype.c_name
             acc = f"pt_acc{u}"
             if inner is None:
-                decls.append(c.Statement(f"{ct} {acc} = {target}"))
+                decls.append(c.Statement(f"{ct} {acc} = {start}"))
                 if flag:
                     decls.append(c.Statement(f"int {flag} = {target} != {target}"))
                     body.append(c.Statement(extremum_update(
@@ -124,7 +136,8 @@ class Promotion:
                 code = statement_code(sst, printer, acc).rstrip(";")
                 split = self._split_sum(loops, red, st, acc, code)
                 if split is not None:
-                    return [c.Block(decls + split + [c.Statement(f"{target} = {acc}")])]
+                    return [c.Block(decls + split + [c.Statement(f"{target} = {acc}")] +
+                                    post)]
                 body.append(c.Statement(code))
                 epi.append(c.Statement(f"{target} = {acc}"))
                 continue
@@ -139,7 +152,7 @@ class Promotion:
             slot = f"{acc}[{it} - {lo}L]"
             decls.append(c.Statement(f"{ct} {acc}[{hi - lo + 1}]"))
             simd = self.em.simd_loop
-            pro += simd(header, c.Statement(f"{slot} = {target}"))
+            pro += simd(header, c.Statement(f"{slot} = {start}"))
             code = statement_code(sst, printer, slot).rstrip(";")
             body += simd(header, c.Statement(code))
             epi += simd(header, c.Statement(f"{target} = {slot}"))
@@ -156,7 +169,7 @@ class Promotion:
             elif red is not None and not whole and depth == 0:
                 pragma = red
             nest = [c.Pragma(pragma), loop] if pragma else [loop]
-        return [c.Block(decls + pro + nest + epi)]
+        return [c.Block(decls + pro + nest + epi + post)]
 
     def _split_sum(self, loops, red, st, acc: str, code: str):
         """A ``+``/``*`` reduction over one loop of at least two blocks of ``4 x lanes``
@@ -232,6 +245,7 @@ class CEmitter:
         self.scop = scop
         self.reciprocal = reciprocal  # see ExprPrinter.varying
         self.packs = packs_of(decisions, scop)  # copy statement -> Packed
+        self.folds = folds_of(decisions, scop)  # contraction -> its folded init/epilogue
         self.packed: dict = {}  # statement -> {tensor: Packed}
         for p in self.packs.values():
             self.packed.setdefault(p.sst.name, {})[p.tensor] = p
@@ -311,6 +325,8 @@ class CEmitter:
                 return [c.Statement(self.packs[name].copy(args, self.scop.shapes, self.scop.env,
                                                           self.sites))]
             sst, printer = self.instance(n)
+            if sst.name in self.folds:
+                return self.folds[sst.name].instance(self, sst, printer)
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
 
@@ -357,6 +373,10 @@ class CEmitter:
     def simd_loop(self, header, body) -> list:
         """A loop the C compiler should vectorise."""
         return [c.Pragma("omp simd"), c.For(*header, body)]
+
+    def expr(self, e) -> str:
+        """An isl AST expression as C."""
+        return isl_expr(e)
 
     def for_header(self, n):
         it = n.for_get_iterator().id_get_id().get_name()

@@ -30,6 +30,7 @@ class GpuPrinter(ExprPrinter):
     """Reads of promoted tensors go to their shared-memory copy."""
 
     unsigned_wrap = True  # OpenCL C and CUDA have no -fwrapv
+    select_fminmax = False  # their fmax/fmin are built in
 
     def __init__(self, dialect, shared: dict, *args):
         super().__init__(*args)

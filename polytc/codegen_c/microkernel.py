@@ -103,9 +103,15 @@ def micro_kernel(em, loops, items):
         return None
     vtype, utype = vector_type(ctype, lanes)
     iters = [em.for_header(lp)[0] for lp in loops]
-    decls, body, epi = [], [], []
+    decls, body, epi, post = [], [], [], []
     for u, (inner, sst, printer) in enumerate(rows):
-        lane = em.for_header(inner)[0]
+        lane, header = em.for_header(inner)
+        fold = em.folds.get(sst.name)  # the folded init and epilogue (``fold.py``)
+        ends = fold.tile_conditions(em, loops, printer.vars) if fold else None
+        if fold is not None and ends is None:
+            return None
+        if fold is not None:
+            post += fold.epilogue(em, printer.vars, header)
         jvars = [v for v, x in printer.vars.items() if re.search(rf"\b{lane}\b", x)]
         if len(jvars) != 1:
             return None
@@ -132,7 +138,10 @@ def micro_kernel(em, loops, items):
             if any(re.search(rf"\b{i}\b", target) for i in iters):
                 return None
             acc = f"pt_a{u}_{v}"
-            decls.append(c.Statement(f"{vtype} {acc} = *(const {utype} *)&{target}"))
+            load = f"*(const {utype} *)&{target}"
+            if fold is not None and fold.init:
+                load = f"({ends[0]}) ? ({vtype}){{}} : ({vtype})({load})"
+            decls.append(c.Statement(f"{vtype} {acc} = {load}"))
             p.vector_reads, p.vector_type = frozenset(vecs), utype
             body.append(c.Statement(f"{acc} += {p.expr(sst.stmt.rhs)}"))
             epi.append(c.Statement(f"*({utype} *)&{target} = {acc}"))
@@ -140,6 +149,8 @@ def micro_kernel(em, loops, items):
     nest = body
     for lp in reversed(loops):
         nest = [c.For(*em.for_header(lp)[1], c.Block(nest))]
+    if post:
+        epi.append(c.If(ends[1], c.Block(post)))
     return [c.Block(decls + nest + epi)]
 
 

@@ -14,6 +14,7 @@ from ..poly.handsched import replay
 from ..poly.scop import Scop
 from ..tiling.contract import contract
 from ..tiling.contract import text as contract_text
+from ..tiling.fold import fold
 from ..tiling.gpu import map_schedule, strategy
 from ..tiling.machine import host
 from ..tiling.strategy import tile_schedule
@@ -96,6 +97,17 @@ def p_tile(b: Build) -> Build:
                    tiling=tuple(decisions))
 
 
+def p_fold(b: Build) -> Build:
+    """Inits and epilogues of tiled contractions run in their register tiles
+    (``tiling/fold.py``)."""
+    s, found = fold(current_schedule(b), b.scop, b.tiling)
+    gone = {d.facts[k] for d in found for k in ("init", "epilogue")}
+    kept = tuple(d for d in b.tiling  # what the tiler did to the folded statements' nests
+                 if d.kind not in ("simd", "promote") or not set(d.subjects) <= gone)
+    return b.stage("fold", "\n".join(str(d) for d in found) or "(none)", schedule=s,
+                   tiling=kept + tuple(found))
+
+
 def p_parallel(b: Build) -> Build:
     if not b.options.parallel:
         return b
@@ -108,7 +120,8 @@ def p_contract(b: Build) -> Build:
     """Temporaries that live within one iteration of a parallel loop become buffers of
     that iteration (``tiling/contract.py``)."""
     packed = {d.facts["tensor"] for d in b.tiling if d.kind == "pack"}
-    found = contract(current_schedule(b), b.scop, b.fills, packed, host().l2)
+    folds = [d for d in b.tiling if d.kind == "fold"]
+    found = contract(current_schedule(b), b.scop, b.fills, packed, host().l2, folds)
     return b.stage("contraction", contract_text(found), tiling=b.tiling + tuple(found))
 
 

@@ -55,6 +55,8 @@ PASSES = (
     Pass("serial_reductions", ps.p_serial_reductions, False,
          lambda b: b.schedule is not None and b.fusion != "hand"),
     Pass("tile", ps.p_tile, True, ps.cpu_loops),
+    Pass("fold", ps.p_fold, True, lambda b: b.backend.folding and ps.cpu_loops(b) and
+         b.options.fusion != "min"),  # fusion="min": no statement runs in another's loops
     Pass("parallel", ps.p_parallel, True, ps.cpu_loops),
     Pass("contract", ps.p_contract, True, lambda b: b.backend.contracting and ps.cpu_loops(b)),
     Pass("map", ps.p_map, False, _grid),

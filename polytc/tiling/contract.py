@@ -33,9 +33,11 @@ from .decisions import Decision
 LIMIT = 256 << 10
 
 
-def contract(schedule, scop, fills, packed, l2: int) -> list:
+def contract(schedule, scop, fills, packed, l2: int, folds=()) -> list:
     """``contract`` Decisions for the temporaries of ``scop`` that can live in one
-    iteration of a parallel loop of ``schedule`` (see the module's doc)."""
+    iteration of a parallel loop of ``schedule`` (see the module's doc).  ``folds``: the
+    ``fold`` decisions (``tiling/fold.py``): a folded init writes what its contraction
+    writes (its accesses add nothing); a tensor a folded epilogue touches stays whole."""
     marks: list = []
 
     def find(node):
@@ -46,8 +48,10 @@ def contract(schedule, scop, fills, packed, l2: int) -> list:
         return True
 
     schedule.get_root().foreach_descendant_top_down(find)
-    temps = {t.name: (t, _accesses(scop, t.name)) for t in scop.program.temporaries
-             if t.name not in fills and t.name not in packed}
+    inits = {d.facts["init"] for d in folds} - {None}
+    epilogues = {d.facts["epilogue"] for d in folds} - {None}
+    temps = {t.name: (t, _accesses(scop, t.name, inits, epilogues))
+             for t in scop.program.temporaries if t.name not in fills and t.name not in packed}
     out = []
     for mark in marks:
         budget = min(LIMIT, l2 // 2)
@@ -76,17 +80,21 @@ def text(decisions) -> str:
     return "\n".join(str(d) for d in decisions if d.kind == "contract") or "(none)"
 
 
-def _accesses(scop, tensor: str):
-    """``(maps, union)``: the accesses of ``tensor``, one map per statement access, and
-    their union; None when one has a subscript isl cannot describe (the whole array
-    may be touched) or there is none."""
+def _accesses(scop, tensor: str, inits=frozenset(), epilogues=frozenset()):
+    """``(maps, union)``: the accesses of ``tensor``, one map per statement access
+    (but the folded ``inits``'), and their union; None when one has a subscript isl
+    cannot describe (the whole array may be touched), a folded epilogue touches it, or
+    there is none."""
     touching: list = []
 
     def keep(m):
-        if m.get_tuple_name(isl.dim_type.out) == tensor:
+        if m.get_tuple_name(isl.dim_type.out) == tensor and \
+                m.get_tuple_name(isl.dim_type.in_) not in inits:
             touching.append(m)
 
     scop.reads.union(scop.writes).foreach_map(keep)
+    if any(m.get_tuple_name(isl.dim_type.in_) in epilogues for m in touching):
+        return None
     if not touching or any(_guarded(scop, m.get_tuple_name(isl.dim_type.in_), tensor)
                            for m in touching):
         return None

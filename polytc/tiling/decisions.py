@@ -8,8 +8,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 #: what a decision can be: the tiler's, then the mapper's
-KINDS = ("split", "contraction", "pack", "contract", "simd", "promote", "threads", "one block",
-         "groups")
+KINDS = ("split", "contraction", "pack", "contract", "fold", "simd", "promote", "threads",
+         "one block", "groups")
 _SIZES = ("cache", "register", "panel", "tile", "block", "reduction_tile")  # printed as 32x32
 
 
@@ -22,6 +22,8 @@ class Decision:
     #: sizes; ``pack``: ``tensor``, ``buffer``, ``panel`` (Kt x NR), ``panels``, ``copy``
     #: (and, for the code generator, the layout in facts named ``_...``, not printed);
     #: ``contract`` (a temporary kept per parallel iteration): ``loop``, ``buffer``;
+    #: ``fold`` (a contraction's init and epilogue in its register tiles): ``init``,
+    #: ``epilogue`` (statement names or None);
     #: ``split``: ``groups`` (statement names per new band); ``threads``:
     #: ``tile``, ``block``, ``reduction_tile``; ``one block``: ``block``; ``groups``: ``grid``
     facts: Mapping = field(default_factory=lambda: MappingProxyType({}))

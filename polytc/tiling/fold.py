@@ -1,0 +1,148 @@
+"""Folding a reduction's init and its epilogue into the contraction's register tiles.
+
+``T(m, n) +=! X(m, k) * W(k, n)`` is two statements, the init ``T = 0`` and the update;
+a following ``O(m, n) = fmax(T(m, n) + b(n), 0)`` is a third.  Run as they come, each is
+a pass over memory: the init writes all of ``T``, the contraction reads it back, the
+epilogue reads ``T`` once more and writes ``O``.  BLIS-class libraries do neither: the
+micro-kernel starts its accumulators at zero on the first ``k`` block and applies the
+epilogue to the tile it has just finished (the ``beta = 0`` and fused-epilogue paths of
+oneDNN and Inductor's GEMM templates).  This pass does the same to a contraction the
+tiler tiled (a ``contraction`` decision): it drops the init and the epilogue from the
+schedule and records, in a ``fold`` decision, what the code generator does instead
+(``codegen_c/fold.py``): a register tile whose reduction loops start at the first value
+of every reduction index starts its accumulators at the identity instead of loading
+them, and one whose loops end at the last values runs the epilogue's instances for its
+elements right after storing them (they are in L1).
+
+The init ``I`` of ``S`` folds when it writes exactly the elements ``S`` reduces into and
+``S``'s reduction indices run over the same box for every element (so "the first value
+of every reduction index" is the first update of each element).  The statement ``E``
+right after ``S`` folds as its epilogue when
+* it is a plain assignment (no reduction), whose instances are in one-to-one
+  correspondence with the elements ``S`` writes: it reads ``T`` at its own indices
+  (``T(m, n)``, every read of ``T`` alike) and runs over exactly those elements;
+* it reads nothing else that a statement writes (inputs and constants): moving it
+  earlier cannot read a value before it is made;
+* it writes ``T`` in place at the same indices, or a tensor no other statement writes
+  and no earlier statement reads, element by element (no two instances write one
+  element): moving it earlier cannot overtake a read or a write of that tensor.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from ..lang import program as P
+from .decisions import Decision
+
+
+def fold(schedule, scop, decisions) -> tuple:
+    """``(schedule without the folded statements, fold decisions)`` for the tiled
+    contractions among ``decisions``."""
+    by_name = {s.name: s for s in scop.stmts}
+    out, gone = [], []
+    for d in decisions:
+        if d.kind != "contraction":
+            continue
+        sst = by_name[d.subject]
+        init = _init(scop, sst, by_name)
+        epi = _epilogue(scop, sst)
+        if init is None and epi is None:
+            continue
+        facts = {"init": init.name if init else None, "epilogue": epi.name if epi else None,
+                 "_bounds": _bounds(sst)}
+        out.append(Decision("fold", [sst.name], facts))
+        gone += [s for s in (init, epi) if s is not None]
+    if gone:
+        keep = scop.domain
+        for s in gone:
+            keep = keep.subtract(isl.UnionSet.from_set(s.domain))
+        schedule = schedule.intersect_domain(keep)
+    return schedule, out
+
+
+def _bounds(sst) -> tuple:
+    """``(index, first, last)`` per reduction index of ``sst`` (constants)."""
+    out = []
+    for v in sst.stmt.reduction_vars:
+        d = sst.vars.index(v)
+        lo, hi = sst.domain.dim_min_val(d), sst.domain.dim_max_val(d)
+        out.append((v, lo.to_python(), hi.to_python()))
+    return tuple(out)
+
+
+def _box(sst) -> bool:
+    """Whether the reduction indices of ``sst`` run over one box for every element."""
+    dom = sst.domain
+    if sst.stmt.op != "+" or not sst.stmt.reduction_vars or dom.is_empty():
+        return False
+    box = dom
+    for v in sst.stmt.reduction_vars:
+        d = sst.vars.index(v)
+        lo, hi = dom.dim_min_val(d), dom.dim_max_val(d)
+        if not (lo.is_int() and hi.is_int()):
+            return False
+        box = box.eliminate(isl.dim_type.set, d, 1)
+        box = box.lower_bound_val(isl.dim_type.set, d, lo).upper_bound_val(
+            isl.dim_type.set, d, hi)
+    return box.is_equal(dom)
+
+
+def _elements(sst) -> isl.Set:
+    """The elements ``sst`` writes."""
+    return isl.Set.from_union_set(sst.writes.range())
+
+
+def _init(scop, sst, by_name):
+    init = by_name.get(f"I{sst.index}")
+    if init is None or sst.kind != "body" or not _box(sst):
+        return None
+    return init if _elements(init).is_equal(_elements(sst)) else None
+
+
+def _epilogue(scop, sst):
+    stmts = scop.program.statements
+    if sst.index + 1 >= len(stmts) or not _box(sst):
+        return None
+    e = next((s for s in scop.stmts if s.index == sst.index + 1 and s.kind == "body"), None)
+    t = sst.stmt.tensor
+    if e is None or e.stmt.op is not None or e.stmt.init or e.guarded:
+        return None
+    own = list(e.stmt.indices)
+    if len(set(own)) != len(own) or sorted(own) != sorted(e.vars):
+        return None
+    reads = P.reads(e.stmt.rhs)
+    mine = [r for r in reads if r.tensor == t]
+    if not mine or any(not _plain(r.indices) for r in mine) or \
+            len({tuple(i.name for i in r.indices) for r in mine}) != 1:
+        return None
+    at = [i.name for i in mine[0].indices]
+    if sorted(at) != sorted(e.vars):
+        return None  # an instance per element of T: its indices are E's, once each
+    written = {s.tensor for s in stmts}
+    if any(r.tensor != t and r.tensor in written for r in reads):
+        return None
+    target = e.stmt.tensor
+    if target == t:
+        if own != at:
+            return None
+    elif any(s is not e.stmt and s.tensor == target for s in stmts) or any(
+            r.tensor == target for s in stmts[:e.index + 1] for r in P.reads(s.rhs)) or \
+            not e.writes.is_injective():
+        return None
+    reads_t = isl.UnionMap.empty(e.reads.get_space())
+
+    def keep(m):
+        nonlocal reads_t
+        if m.get_tuple_name(isl.dim_type.out) == t:
+            reads_t = reads_t.union(isl.UnionMap.from_map(m))
+
+    e.reads.foreach_map(keep)
+    if not isl.Set.from_union_set(reads_t.range()).is_equal(_elements(sst)):
+        return None
+    if not isl.Set.from_union_set(reads_t.domain()).is_equal(e.domain):
+        return None
+    return e
+
+
+def _plain(indices) -> bool:
+    return all(isinstance(i, P.Index) for i in indices)

@@ -1,0 +1,122 @@
+"""Inits and epilogues folded into a contraction's register tiles (``tiling/fold.py``):
+results equal the oracle, folding happens where it is legal and not where it is not."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polytc
+from polytc.lang import reference
+from tests.kernels_small import check
+
+SMALL = polytc.Options(tile=(12, 32, 8), register_tile=(3, 16), parallel_min_points=1)
+OPTIONS = [SMALL, polytc.Options(), polytc.Options(vectorize=False)]
+IDS = ["small-tiles", "model", "scalar"]
+
+MLP = """def layer(float(B,I) X, float(I,O) W, float(O) b) -> (Y) {
+    T(m, o) +=! X(m, i) * W(i, o)
+    Y(m, o) = fmax(T(m, o) + b(o), 0.0)
+}"""
+IN_PLACE = """def mm2(float beta, float(M,K) A, float(K,N) B, float(M,N) D) -> (O) {
+    O(m, n) +=! A(m, k) * B(k, n)
+    O(m, n) = O(m, n) + beta * D(m, n)
+}"""
+TRANSPOSED = """def mmt(float(M,K) A, float(K,N) B) -> (O) {
+    T(m, n) +=! A(m, k) * B(k, n)
+    O(n, m) = T(m, n) * 2.0
+}"""
+CONV = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(F) b) -> (O) {
+    T(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+    O(n, f, h, w) = fmax(T(n, f, h, w) + b(f), 0.0)
+}"""
+
+
+def folds(ck):
+    return ck.stages["fold"]
+
+
+@pytest.mark.parametrize("m,k,n", [(24, 16, 64), (25, 17, 65), (7, 3, 5), (40, 70, 33)])
+@pytest.mark.parametrize("options", OPTIONS, ids=IDS)
+def test_init_and_epilogue_fold(m, k, n, options):
+    ck = check(MLP, [(m, k), (k, n), (n,)], options)
+    if "contraction S0" in ck.stages["tiling"]:
+        assert "fold S0; init I0; epilogue S1" in folds(ck)
+        assert "fmaxf(" not in ck.code  # a select, not a call of libm's fmaxf
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=IDS)
+def test_in_place_and_transposed_epilogues(options):
+    ck = check(IN_PLACE, [(), (21, 19), (19, 37), (21, 37)], options)
+    assert "epilogue S1" in folds(ck)
+    ck = check(TRANSPOSED, [(21, 19), (19, 37)], options)
+    assert "epilogue S1" in folds(ck)
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=IDS)
+def test_convolution_epilogue(options):
+    ck = check(CONV, [(2, 5, 10, 37), (7, 5, 3, 3), (7,)], options)
+    assert "fold S0; init I0; epilogue S1" in folds(ck)
+
+
+@pytest.mark.parametrize("src,why", [
+    # the epilogue reads a tensor another statement writes: it could run before it
+    ("""def f(float(M,K) A, float(K,N) B, float(N) b) -> (O, U) {
+        U(n) = b(n) * 2.0
+        T(m, n) +=! A(m, k) * B(k, n)
+        O(m, n) = T(m, n) + U(n)
+    }""", "written input"),
+    # an earlier statement reads the epilogue's target: moving it earlier overtakes it
+    ("""def f(float(M,K) A, float(K,N) B) -> (O, P) {
+        O(m, n) = 1.0 where m in 0:M, n in 0:N
+        P(m, n) = O(m, n) + 1.0
+        T(m, n) +=! A(m, k) * B(k, n)
+        O(m, n) = T(m, n)
+    }""", "earlier read"),
+    # the epilogue does not run once per element of T
+    ("""def f(float(M,K) A, float(K,N) B) -> (O) {
+        T(m, n) +=! A(m, k) * B(k, n)
+        O(m) +=! T(m, n)
+    }""", "reduction"),
+    ("""def f(float(M,K) A, float(K,N) B) -> (O) {
+        T(m, n) +=! A(m, k) * B(k, n)
+        O(m, n) = T(m, 0) + T(m, n)
+    }""", "other element"),
+])
+def test_epilogue_not_folded_where_illegal(src, why):
+    k = polytc.tc(src, options=polytc.Options(parallel_min_points=1))
+    rng = np.random.default_rng(1)
+    shapes = {"A": (23, 17), "B": (17, 40), "b": (40,)}
+    args = [rng.standard_normal(shapes[t.name]).astype(np.float32) for t in k.program.inputs]
+    got = k(*args)
+    got = got if isinstance(got, tuple) else (got,)
+    want = reference.run(k.program, args)
+    for t, g in zip(k.program.outputs, got):
+        np.testing.assert_allclose(g, want[t.name], rtol=1e-4, atol=1e-4)
+    assert "epilogue None" in k.specialize(*args).stages["fold"], why
+
+
+def test_triangular_reduction_keeps_its_init():
+    src = """def tri(float(N,N) A, float(N,N) B) -> (C) {
+        C(i, j) +=! A(i, k) * B(k, j) where k in 0:i+1
+    }"""
+    ck = check(src, [(37, 37), (37, 37)], polytc.Options(parallel_min_points=1))
+    assert "fold" not in ck.stages["fold"]
+
+
+def test_fold_can_be_switched_off():
+    ck = check(MLP, [(24, 16), (16, 64), (64,)], polytc.Options(disable=("fold",)))
+    assert "fold" not in ck.stages
+    assert "fold S0" not in ck.stages["tiling"]
+
+
+def test_fmax_fmin_keep_nan_rules():
+    """fmax/fmin print as selects (vectorised) and still ignore a NaN operand."""
+    src = """def mm(float(N) A, float(N) B) -> (X, Y) {
+        X(i) = fmax(A(i), B(i))
+        Y(i) = fmin(A(i), B(i))
+    }"""
+    a = np.array([np.nan, 1, np.nan, -2, 3, 0] * 5, np.float32)
+    b = np.array([2, np.nan, np.nan, 5, -1, -0.0] * 5, np.float32)
+    x, y = polytc.tc(src)(a, b)
+    np.testing.assert_array_equal(x, np.fmax(a, b))
+    np.testing.assert_array_equal(y, np.fmin(a, b))
