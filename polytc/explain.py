@@ -310,7 +310,12 @@ class _Explainer:
                 self.say("tiling", f"{self.label(entry.subject)} is a contraction: cache tiles "
                          f"{'x'.join(map(str, d['cache']))} and register tiles "
                          f"{'x'.join(map(str, d['register']))} over its loops in the order "
-                         f"{d['order']}; sizes from {src}.", str(entry))
+                         f"{d['order']}; sizes from {src}." + (
+                             f" The lanes of its register tiles run over {d['lanes']}: the "
+                             "result's unit-stride index is narrower than two vectors, so "
+                             "the accumulators are loaded and stored with the result's "
+                             "stride, once per register tile." if "lanes" in d else ""),
+                         str(entry))
             elif kind == "pack":
                 d = entry.facts
                 kt, nr = d["panel"]

@@ -304,3 +304,47 @@ def test_narrow_j_takes_whole_vectors_and_more_rows():
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     assert choose_sizes(64, 56, 576, 4, two).register == (8, 48)
     assert choose_sizes(64, 8, 576, 4, two).register == (6, 8)  # under one vector
+
+
+CONV_B = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(F) b) -> (O) {
+    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+    O(n, f, h, w) = O(n, f, h, w) + b(f)
+}"""
+CONV_S2 = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {
+    O(n, f, h, w) +=! I(n, c, 2 * h + kh, 2 * w + kw) * Wt(f, c, kh, kw)
+        where h in 0:(H - KH) / 2 + 1, w in 0:(W - KW) / 2 + 1
+}"""
+
+
+@pytest.mark.parametrize("n,c,f,hw", [(1, 5, 40, 9), (1, 3, 37, 16), (2, 4, 64, 5)])
+def test_narrow_image_convolution_vectorises_over_channels(n, c, f, hw):
+    """An image narrower than two vectors: the lanes run over the output channels (the
+    weights packed by a transposing copy), the accumulators with the result's stride;
+    a batch of one is no loop and needs none; the contraction runs in parallel."""
+    ck = check(CONV_B, [(n, c, hw, hw), (f, c, 3, 3), (f,)],
+               polytc.Options(parallel_min_points=1))
+    tiling = ck.stages["tiling"]
+    assert "pack S0; tensor Wt" in tiling and "copy transposing" in tiling
+    assert "lanes f" in tiling
+    assert promoted(ck.code)
+    assert ck.code.count("omp parallel for") >= 1
+    assert "lanes f" in tiling
+
+
+def test_strided_convolution_packs_its_input():
+    """No read is unit-stride along the image columns (stride 2): the input is packed
+    (rows chosen so that it can be: the output channels), through a batch of one."""
+    ck = check(CONV_S2, [(1, 3, 41, 41), (24, 3, 7, 7)], polytc.Options())
+    assert "pack S0; tensor I" in ck.stages["tiling"]
+    assert "pt_a0_0" in ck.code  # the vector micro-kernel
+
+
+def test_strided_sizes():
+    """7 rows of a 512-channel result on 2 cores: 7 rows x 2 vectors (no padded row,
+    equal j tiles of 256 for the cores); 14 rows: 7 x 2 as well; 28: 4 x 4 vectors."""
+    from polytc.tiling.strategy import Sizes, _strided_sizes
+
+    default = Sizes((96, 512, 96), (6, 64))
+    assert _strided_sizes(default, 7, 512, 16, 2) == Sizes((7, 256, 96), (7, 32))
+    assert _strided_sizes(default, 14, 256, 16, 2) == Sizes((14, 128, 96), (7, 32))
+    assert _strided_sizes(default, 28, 128, 16, 2) == Sizes((28, 64, 96), (4, 64))

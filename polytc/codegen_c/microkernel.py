@@ -126,8 +126,9 @@ def micro_kernel(em, loops, items):
             if stride:
                 vecs.add(id(r))
         idx = list(sst.stmt.indices)
-        if not idx or idx[-1] != jvars[0] or jvars[0] in idx[:-1]:
-            return None  # the accumulators are not unit-stride rows of the result
+        if idx.count(jvars[0]) != 1:
+            return None
+        unit = idx[-1] == jvars[0]  # else the accumulators' lanes have the result's stride
         for v in range(width // lanes):
             at = f"{lo + v * lanes}L"
             vars_ = {k: re.sub(rf"\b{lane}\b", at, x) for k, x in printer.vars.items()}
@@ -138,13 +139,21 @@ def micro_kernel(em, loops, items):
             if any(re.search(rf"\b{i}\b", target) for i in iters):
                 return None
             acc = f"pt_a{u}_{v}"
-            load = f"*(const {utype} *)&{target}"
+            if unit:
+                load = f"*(const {utype} *)&{target}"
+                store = [c.Statement(f"*({utype} *)&{target} = {acc}")]
+            else:  # one element per lane
+                each = [target_code(sst, em.printer(sst, {
+                    k: re.sub(rf"\b{lane}\b", f"({lo + v * lanes + la}L)", x)
+                    for k, x in printer.vars.items()})) for la in range(lanes)]
+                load = f"({vtype}){{{', '.join(each)}}}"
+                store = [c.Statement(f"{e} = {acc}[{la}]") for la, e in enumerate(each)]
             if fold is not None and fold.init:
                 load = f"({ends[0]}) ? ({vtype}){{}} : ({vtype})({load})"
             decls.append(c.Statement(f"{vtype} {acc} = {load}"))
             p.vector_reads, p.vector_type = frozenset(vecs), utype
             body.append(c.Statement(f"{acc} += {p.expr(sst.stmt.rhs)}"))
-            epi.append(c.Statement(f"*({utype} *)&{target} = {acc}"))
+            epi += store
     em.vector_types.add((ctype, lanes, itemsize))
     nest = body
     for lp in reversed(loops):

@@ -71,7 +71,8 @@ class Packed:
         t, p, ks, lane = args[:-(nk + 2)], args[-(nk + 2)], args[-(nk + 1):-1], args[-1]
         vars = {}
         for v, name in enumerate(self.sst.vars):
-            vars[name] = t[self.pos[v]]
+            at = self.pos[v]  # a position in the prefix, or ("value", v): one value
+            vars[name] = f"{at[1]}L" if isinstance(at, tuple) else t[at]
         vars[self.sst.vars[self.jvar]] = f"({vars[self.sst.vars[self.jvar]]} + " \
                                          f"{self.nr}L * {p} + {lane})"
         for (v, _), k in zip(self.red, ks):

@@ -296,10 +296,25 @@ def mark_parallel(schedule: isl.Schedule, min_points: int, points: int) -> isl.S
 
 
 def _first_coincident(node) -> int | None:
-    for m in range(node.band_n_member()):
-        if node.band_member_get_coincident(m):
+    """The band's outermost coincident member that takes more than one value.  isl makes
+    no loop of one that takes a single value, so a mark on it parallelises nothing, and
+    the bands below get none: when every coincident member is such and the band's child
+    is a band (the tile loops of a contraction under a batch of one), None, and the
+    child is marked instead; otherwise the outermost coincident member (a row program
+    of one row keeps its mark, and its temporaries are contracted), or None."""
+    found = [m for m in range(node.band_n_member()) if node.band_member_get_coincident(m)]
+    try:
+        sched = node.band_get_partial_schedule().intersect_domain(node.get_domain())
+    except isl.Error:
+        return found[0] if found else None
+    for m in found:
+        upa = sched.get_union_pw_aff(m)
+        lo, hi = upa.min_val(), upa.max_val()
+        if not (lo.is_int() and hi.is_int() and lo.eq(hi)):
             return m
-    return None
+    chain = node.n_children() == 1 and \
+        node.child(0).get_type() == isl.schedule_node_type.band
+    return None if chain or not found else found[0]
 
 
 def _mark(node, inside):

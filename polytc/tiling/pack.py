@@ -46,11 +46,29 @@ def vector_operand(sst, j, i):
 
 
 
-def outer_indices(node, sst, members) -> dict | None:
+def unit_stride(read, name: str) -> bool:
+    """Whether ``read``'s last subscript is ``name`` plus terms without it (consecutive
+    values of the index read consecutive elements)."""
+    last = read.indices[-1] if read.indices else None
+    while isinstance(last, P.Convert):
+        last = last.value
+    if isinstance(last, P.Index):
+        return last.name == name
+    if isinstance(last, P.Bin) and last.op in ("+", "-"):
+        a, b = last.lhs, last.rhs
+        if isinstance(a, P.Index) and a.name == name:
+            return name not in P.index_names(b)
+        return last.op == "+" and isinstance(b, P.Index) and b.name == name and \
+            name not in P.index_names(a)
+    return False
+
+
+def outer_indices(node, sst, members, values=False) -> dict | None:
     """Statement index -> position in ``node``'s prefix schedule, for each index of
     ``sst`` that the band ``node`` does not schedule (``members``): the outer loop that
-    runs exactly that index (a batch loop around the contraction); None when one has
-    no such loop."""
+    runs exactly that index (a batch loop around the contraction), or with ``values``
+    ``("value", v)`` for an index with the one value ``v`` (a batch of one, which needs
+    no loop); None when one has neither."""
     try:
         prefix = node.get_prefix_schedule_union_map()
     except isl.Error:
@@ -60,6 +78,10 @@ def outer_indices(node, sst, members) -> dict | None:
     out = {}
     for v in range(len(sst.vars)):
         if v in members:
+            continue
+        lo, hi = sst.domain.dim_min_val(v), sst.domain.dim_max_val(v)
+        if values and lo.is_int() and lo.eq(hi):
+            out[v] = ("value", lo.to_python())
             continue
         if len(found) != 1:
             return None
