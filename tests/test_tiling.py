@@ -348,3 +348,18 @@ def test_strided_sizes():
     assert _strided_sizes(default, 7, 512, 16, 2) == Sizes((7, 256, 96), (7, 32))
     assert _strided_sizes(default, 14, 256, 16, 2) == Sizes((14, 128, 96), (7, 32))
     assert _strided_sizes(default, 28, 128, 16, 2) == Sizes((28, 64, 96), (4, 64))
+
+
+@pytest.mark.parametrize("rhs", ["alpha * A(i, k) * B(k, j)", "A(i, k) * B(k, j) * alpha * 2.0",
+                                 "A(i, k) * s(i) * B(k, j)"])
+@pytest.mark.parametrize("m,k,n", [(37, 70, 65), (64, 600, 128)])
+def test_invariant_factors_scale_the_tile_sum(rhs, m, k, n):
+    """A factor no reduction index and not the lanes move multiplies a register tile's
+    sum once, at its end (several reduction tiles: 600 > Tk), not every term."""
+    src = f"""def f(float alpha, float(M,K) A, float(K,N) B, float(M) s) -> (C) {{
+        C(i, j) +=! {rhs}
+    }}"""
+    ck = check(src, [(), (m, k), (k, n), (m,)], polytc.Options(), rtol=1e-3, atol=1e-3)
+    if "pt_a0_0" in ck.code:  # the vector micro-kernel
+        update = next(line for line in ck.code.splitlines() if "pt_a0_0 +=" in line)
+        assert "alpha" not in update and "s[" not in update

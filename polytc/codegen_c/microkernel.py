@@ -77,6 +77,36 @@ def _vectorisable(e) -> bool:
     return False
 
 
+def _factors(e) -> list:
+    """The factors of a product tree (``e`` itself when it is no product)."""
+    if isinstance(e, P.Bin) and e.op == "*":
+        return _factors(e.lhs) + _factors(e.rhs)
+    return [e]
+
+
+def _scale(sst, jvar: str):
+    """``(scale, rest)``: the factors of the update that no reduction index and not the
+    lanes move (``alpha`` in ``alpha * A(i, k) * B(k, j)``), multiplied once into the
+    tile's sum at its end instead of into every term, and the product of the others; or
+    None when there is no such factor (or nothing else)."""
+    moving = set(sst.stmt.reduction_vars) | {jvar}
+    fixed, rest = [], []
+    for f in _factors(sst.stmt.rhs):
+        names = {n for r in P.reads(f) for n in P.index_names(*r.indices)}
+        still = isinstance(f, (P.Const, P.Read)) and not names & moving
+        (fixed if still else rest).append(f)
+    if not fixed or not rest:
+        return None
+
+    def product(fs):
+        out = fs[0]
+        for f in fs[1:]:
+            out = P.Bin("*", out, f, sst.stmt.rhs.dtype)
+        return out
+
+    return product(fixed), product(rest)
+
+
 def micro_kernel(em, loops, items):
     """The vector code of a register tile (see the module's text), or None."""
     if not em.vectorize or not items or any(inner is None for inner, _ in items):
@@ -139,21 +169,33 @@ def micro_kernel(em, loops, items):
             if any(re.search(rf"\b{i}\b", target) for i in iters):
                 return None
             acc = f"pt_a{u}_{v}"
+            first = ends[0] if fold is not None and fold.init else None
+            p.vector_reads, p.vector_type = frozenset(vecs), utype
+            scaled = _scale(sst, jvars[0])
             if unit:
                 load = f"*(const {utype} *)&{target}"
-                store = [c.Statement(f"*({utype} *)&{target} = {acc}")]
+                each = []
             else:  # one element per lane
                 each = [target_code(sst, em.printer(sst, {
                     k: re.sub(rf"\b{lane}\b", f"({lo + v * lanes + la}L)", x)
                     for k, x in printer.vars.items()})) for la in range(lanes)]
                 load = f"({vtype}){{{', '.join(each)}}}"
-                store = [c.Statement(f"{e} = {acc}[{la}]") for la, e in enumerate(each)]
-            if fold is not None and fold.init:
-                load = f"({ends[0]}) ? ({vtype}){{}} : ({vtype})({load})"
-            decls.append(c.Statement(f"{vtype} {acc} = {load}"))
-            p.vector_reads, p.vector_type = frozenset(vecs), utype
-            body.append(c.Statement(f"{acc} += {p.expr(sst.stmt.rhs)}"))
-            epi += store
+            if first is not None:
+                load = f"(({first}) ? ({vtype}){{}} : ({vtype})({load}))"
+            if scaled is None:  # the accumulators start at the result's values
+                decls.append(c.Statement(f"{vtype} {acc} = {load}"))
+                body.append(c.Statement(f"{acc} += {p.expr(sst.stmt.rhs)}"))
+                value = acc
+            else:  # at zero: the scale multiplies the tile's sum, added at the end
+                decls.append(c.Statement(f"{vtype} {acc} = ({vtype}){{}}"))
+                body.append(c.Statement(f"{acc} += {p.expr(scaled[1])}"))
+                value = f"({load} + ({p.expr(scaled[0])}) * {acc})"
+            if unit:
+                epi.append(c.Statement(f"*({utype} *)&{target} = {value}"))
+            else:
+                if value != acc:
+                    epi.append(c.Statement(f"{acc} = {value}"))
+                epi += [c.Statement(f"{e} = {acc}[{la}]") for la, e in enumerate(each)]
     em.vector_types.add((ctype, lanes, itemsize))
     nest = body
     for lp in reversed(loops):

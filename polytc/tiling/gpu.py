@@ -144,6 +144,22 @@ def _runs_once(band) -> bool:
         members[0] is not None and not any(members[0][0]) for members in coefs.values())
 
 
+def _before_fixed(band, n: int) -> int:
+    """How many of the first ``n`` members of ``band`` can be mapped on the threads of
+    one block: up to the first at one value of which a statement sits while others loop
+    over it (``T0 += T1(1, 1, 1)`` beside the loops that write ``T1``).  isl generates
+    the statement inside the loops of the members before it, where one thread runs it
+    and reads what others write, and no barrier can order them there (the loops'
+    iteration counts differ between threads: the differential fuzzer's find)."""
+    coefs = list(member_coefficients(band).values())
+    for m in range(n):
+        col = [members[m] for members in coefs]
+        if any(c is not None and not any(c[0]) for c in col) and \
+                any(c is None or any(c[0]) for c in col):
+            return m
+    return n
+
+
 def _pad(values, m, fill=1) -> list:
     """The last ``m`` entries of ``values``, padded in front with ``fill``."""
     v = list(values)[-m:]
@@ -325,7 +341,8 @@ class ThreadMapper(_Mapper):
             if first is not None:
                 if first:
                     node = node.band_split(first).child(0)
-                n = leading_coincident(node)
+                n = _before_fixed(node, leading_coincident(node))
+            if first is not None and n:
                 if node.band_n_member() > n:
                     node = node.band_split(n)
                 node = T.permute(node, self.x_last(node, n))
@@ -345,6 +362,8 @@ class ThreadMapper(_Mapper):
                 return node
         for i in range(node.n_children()):
             node = self.one_block(node.child(i), launch).parent()
+        while node.get_tree_depth() > depth:  # a band split above, nothing mapped
+            node = node.parent()
         return node
 
 

@@ -87,10 +87,10 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
 
 def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, lanes: int, cores: int) -> Sizes:
     """Sizes for a register tile whose lanes run over a strided index of the result (see
-    ``Tiler.contraction``): ``i`` is short (an image row of 7 or 14), so ``MR`` is the
-    row count that wastes fewest rows (with as many vectors as the accumulator budget of
-    the default tile allows: 7 x 3 vectors for 7 rows), ``i`` is one cache tile, and the
-    cores share the ``j`` tiles instead (each packs its own part of the operand)."""
+    ``Tiler.contraction``): ``i`` is short (an image row of 7, 14 or 28), so it is one
+    cache tile, the cores share the ``j`` tiles instead (each packs its own part of the
+    operand), and ``MR`` and ``NR`` are chosen together, within the accumulator budget
+    of the default register tile, for the fewest padded rows and lanes."""
     mr0, nr0 = sz.register
     most = max(1, nr0 // lanes)
     budget = mr0 * most
