@@ -345,9 +345,10 @@ def test_strided_sizes():
     from polytc.tiling.strategy import Sizes, _strided_sizes
 
     default = Sizes((96, 512, 96), (6, 64))
-    assert _strided_sizes(default, 7, 512, 16, 2) == Sizes((7, 256, 96), (7, 32))
-    assert _strided_sizes(default, 14, 256, 16, 2) == Sizes((14, 128, 96), (7, 32))
-    assert _strided_sizes(default, 28, 128, 16, 2) == Sizes((28, 64, 96), (4, 64))
+    assert _strided_sizes(default, 7, 512, 512, 16, 2) == Sizes((7, 256, 128), (7, 32))
+    assert _strided_sizes(default, 14, 256, 256, 16, 2) == Sizes((14, 128, 128), (7, 32))
+    assert _strided_sizes(default, 28, 128, 96, 16, 2) == Sizes((28, 64, 96), (4, 64))
+    assert _strided_sizes(default, 28, 128, 97, 16, 2).cache[2] == 97  # Tk divides K
 
 
 @pytest.mark.parametrize("rhs", ["alpha * A(i, k) * B(k, j)", "A(i, k) * B(k, j) * alpha * 2.0",

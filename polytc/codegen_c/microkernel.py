@@ -172,30 +172,41 @@ def micro_kernel(em, loops, items):
             first = ends[0] if fold is not None and fold.init else None
             p.vector_reads, p.vector_type = frozenset(vecs), utype
             scaled = _scale(sst, jvars[0])
+            scale = None if scaled is None else p.expr(scaled[0])
+            update = p.expr(sst.stmt.rhs if scaled is None else scaled[1])
+            body.append(c.Statement(f"{acc} += {update}"))
             if unit:
                 load = f"*(const {utype} *)&{target}"
-                each = []
-            else:  # one element per lane
-                each = [target_code(sst, em.printer(sst, {
-                    k: re.sub(rf"\b{lane}\b", f"({lo + v * lanes + la}L)", x)
-                    for k, x in printer.vars.items()})) for la in range(lanes)]
-                load = f"({vtype}){{{', '.join(each)}}}"
-            if first is not None:
-                load = f"(({first}) ? ({vtype}){{}} : ({vtype})({load}))"
-            if scaled is None:  # the accumulators start at the result's values
-                decls.append(c.Statement(f"{vtype} {acc} = {load}"))
-                body.append(c.Statement(f"{acc} += {p.expr(sst.stmt.rhs)}"))
-                value = acc
-            else:  # at zero: the scale multiplies the tile's sum, added at the end
-                decls.append(c.Statement(f"{vtype} {acc} = ({vtype}){{}}"))
-                body.append(c.Statement(f"{acc} += {p.expr(scaled[1])}"))
-                value = f"({load} + ({p.expr(scaled[0])}) * {acc})"
-            if unit:
-                epi.append(c.Statement(f"*({utype} *)&{target} = {value}"))
+                if first is not None:
+                    load = f"(({first}) ? ({vtype}){{}} : ({vtype})({load}))"
+                if scaled is None:  # the accumulators start at the result's values
+                    decls.append(c.Statement(f"{vtype} {acc} = {load}"))
+                    epi.append(c.Statement(f"*({utype} *)&{target} = {acc}"))
+                else:  # at zero: the scale multiplies the tile's sum, added at the end
+                    decls.append(c.Statement(f"{vtype} {acc} = ({vtype}){{}}"))
+                    epi.append(c.Statement(
+                        f"*({utype} *)&{target} = {load} + ({scale}) * {acc}"))
+                continue
+            # the accumulator's lanes have the result's stride: one element per lane,
+            # in a loop (spelt out, 16 elements per accumulator took gcc seconds)
+            one = target_code(sst, em.printer(sst, {
+                k: re.sub(rf"\b{lane}\b", f"({lo + v * lanes}L + pt_l)", x)
+                for k, x in printer.vars.items()}))
+            lanes_loop = ("long pt_l = 0", f"pt_l < {lanes}L", "pt_l += 1")
+            buf = f"{ctype} pt_s[{lanes}] __attribute__((aligned(64)))"
+            decls.append(c.Statement(f"{vtype} {acc} = ({vtype}){{}}"))
+            if scaled is None:
+                fill = c.Block([c.Statement(buf), c.For(*lanes_loop, c.Statement(
+                    f"pt_s[pt_l] = {one}")), c.Statement(f"{acc} = *({vtype} *)pt_s")])
+                decls.append(fill if first is None else c.If(f"!({first})", fill))
+                value = "pt_s[pt_l]"
+                keep = f"*({vtype} *)pt_s = {acc}"
             else:
-                if value != acc:
-                    epi.append(c.Statement(f"{acc} = {value}"))
-                epi += [c.Statement(f"{e} = {acc}[{la}]") for la, e in enumerate(each)]
+                old = one if first is None else f"(({first}) ? 0 : {one})"
+                value = f"{old} + pt_s[pt_l]"
+                keep = f"*({vtype} *)pt_s = ({scale}) * {acc}"
+            epi.append(c.Block([c.Statement(buf), c.Statement(keep),
+                                c.For(*lanes_loop, c.Statement(f"{one} = {value}"))]))
     em.vector_types.add((ctype, lanes, itemsize))
     nest = body
     for lp in reversed(loops):

@@ -85,12 +85,16 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
     return Sizes((ti, tj, tk), (mr, nr))
 
 
-def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, lanes: int, cores: int) -> Sizes:
+def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
+                   cores: int) -> Sizes:
     """Sizes for a register tile whose lanes run over a strided index of the result (see
     ``Tiler.contraction``): ``i`` is short (an image row of 7, 14 or 28), so it is one
     cache tile, the cores share the ``j`` tiles instead (each packs its own part of the
     operand), and ``MR`` and ``NR`` are chosen together, within the accumulator budget
-    of the default register tile, for the fewest padded rows and lanes."""
+    of the default register tile, for the fewest padded rows and lanes.  ``Tk`` divides
+    the reduction evenly when a divisor lies within a factor 2 of the default (no
+    partial reduction tile: half the code, gcc 1.1 -> 0.6 s for a 512-channel 3x3
+    convolution)."""
     mr0, nr0 = sz.register
     most = max(1, nr0 // lanes)
     budget = mr0 * most
@@ -109,7 +113,11 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, lanes: int, cores: int) ->
                 if best is None or key < best[0]:
                     best = (key, mr, nr, tj)
     _, mr, nr, tj = best
-    return Sizes((ext_i, tj, sz.cache[2]), (mr, nr))
+    tk = sz.cache[2]
+    even = [d for d in range(max(1, tk // 2), 2 * tk + 1) if ext_k % d == 0]
+    if ext_k % tk and even:
+        tk = min(even, key=lambda d: (abs(d - tk), -d))
+    return Sizes((ext_i, tj, tk), (mr, nr))
 
 
 def _balanced(ext: int, step: int, cores: int, most: int = 16) -> int:
@@ -358,7 +366,7 @@ class Tiler:
         sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
                           itemsize, self.machine, packed=operand is not None, cores=cores)
         if strided and lead:
-            sz = _strided_sizes(sz, ext[len(outer)], ext[p_red - 1],
+            sz = _strided_sizes(sz, ext[len(outer)], ext[p_red - 1], ext[p_red + k_big],
                                 self.machine.lanes(itemsize), self.machine.cores)
         if self.options.tile:
             sz = Sizes(tuple(self.options.tile), sz.register)
