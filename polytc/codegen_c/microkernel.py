@@ -10,8 +10,13 @@ per reduction step one vector load per lane-dependent read and one broadcast per
 lane-independent read, combined by FMAs.  A read depends on the lanes when its index
 varies with them, and it must then be unit-stride: its last subscript is the lane
 dimension plus terms without it, and no other subscript mentions it (a packed operand
-always is).  The vector length comes from the CPU (``tiling.machine``); with no vector
-unit, or when the pattern does not hold, ``None`` and the loops are generated as they are.
+always is).  The accumulators are rows of the result when the lanes run along its last
+index, else (a narrow image, lanes over channels) they are loaded and stored element by
+element with the result's stride, once per tile.  Factors that neither the reduction
+indices nor the lanes move multiply the tile's sum at its end (the accumulators then
+start at zero).  A folded init and epilogue (``fold.py``) are applied per tile.  The
+vector length comes from the CPU (``tiling.machine``); with no vector unit, or when the
+pattern does not hold, ``None`` and the loops are generated as they are.
 """
 from __future__ import annotations
 

@@ -44,6 +44,8 @@ def fold(schedule, scop, decisions) -> tuple:
         if d.kind != "contraction":
             continue
         sst = by_name[d.subject]
+        if any(r.tensor == sst.stmt.tensor for r in P.reads(sst.stmt.rhs)):
+            continue  # an update reading other elements of its target sees them early
         init = _init(scop, sst, by_name)
         epi = _epilogue(scop, sst)
         if init is None and epi is None:
