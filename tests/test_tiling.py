@@ -328,6 +328,9 @@ def test_narrow_image_convolution_vectorises_over_channels(n, c, f, hw):
     assert "lanes f" in tiling
     assert promoted(ck.code)
     assert ck.code.count("omp parallel for") >= 1
+    if n > 1:  # the batch and image loops the weights do not depend on: inside the tile
+        ho = hw - 2
+        assert f"cache {n}x{ho}x" in tiling
     assert "lanes f" in tiling
 
 
@@ -364,3 +367,14 @@ def test_invariant_factors_scale_the_tile_sum(rhs, m, k, n):
     if "pt_a0_0" in ck.code:  # the vector micro-kernel
         update = next(line for line in ck.code.splitlines() if "pt_a0_0 +=" in line)
         assert "alpha" not in update and "s[" not in update
+
+
+@pytest.mark.parametrize("tile,outer", [((48, 128, 512), 6), ((48, 128, 16), 64)])
+def test_register_tile_order_follows_the_micro_panel(tile, outer):
+    """A micro-panel (Tk x NR) in half of L1: j's register tiles outside i's, so it stays
+    there; a deeper one streams from L2: i's outside, so the broadcast rows stay in L1."""
+    ck = check(MATMUL, [(96, 600), (600, 256)],
+               polytc.Options(tile=tile, register_tile=(6, 64)), rtol=1e-3, atol=1e-3)
+    steps = [line.rsplit("+= ", 1)[1] for line in ck.code.splitlines()
+             if line.strip().startswith("for") and line.rstrip().endswith(("+= 6L)", "+= 64L)"))]
+    assert steps[0] == f"{outer}L)"

@@ -27,6 +27,7 @@ import islpy as isl
 
 from ..lang import program as P
 from ..tiling.machine import host
+from ..tiling.pack import unit_stride
 from .cexpr import target_code
 from .pack import PackPrinter
 
@@ -57,19 +58,7 @@ def _lane_stride(read, jname: str):
         return 0
     if any(jname in names(s) for s in subs[:-1]):
         return None
-    last = subs[-1]
-    while isinstance(last, P.Convert):
-        last = last.value
-    if isinstance(last, P.Index) and last.name == jname:
-        return 1
-    if isinstance(last, P.Bin) and last.op in ("+", "-"):
-        a, b = last.lhs, last.rhs
-        if isinstance(a, P.Index) and a.name == jname and jname not in names(b):
-            return 1
-        if last.op == "+" and isinstance(b, P.Index) and b.name == jname and \
-                jname not in names(a):
-            return 1
-    return None
+    return 1 if unit_stride(read, jname) else None
 
 
 def _vectorisable(e) -> bool:

@@ -44,9 +44,9 @@ def fold(schedule, scop, decisions) -> tuple:
         if d.kind != "contraction":
             continue
         sst = by_name[d.subject]
-        if any(r.tensor == sst.stmt.tensor for r in P.reads(sst.stmt.rhs)):
-            continue  # an update reading other elements of its target sees them early
-        init = _init(scop, sst, by_name)
+        if any(r.tensor == sst.stmt.tensor for r in P.reads(sst.stmt.rhs)) or not _box(sst):
+            continue  # (an update reading other elements of its target sees them early)
+        init = _init(sst, by_name)
         epi = _epilogue(scop, sst)
         if init is None and epi is None:
             continue
@@ -94,16 +94,16 @@ def _elements(sst) -> isl.Set:
     return isl.Set.from_union_set(sst.writes.range())
 
 
-def _init(scop, sst, by_name):
+def _init(sst, by_name):
     init = by_name.get(f"I{sst.index}")
-    if init is None or sst.kind != "body" or not _box(sst):
+    if init is None:
         return None
     return init if _elements(init).is_equal(_elements(sst)) else None
 
 
 def _epilogue(scop, sst):
     stmts = scop.program.statements
-    if sst.index + 1 >= len(stmts) or not _box(sst):
+    if sst.index + 1 >= len(stmts):
         return None
     e = next((s for s in scop.stmts if s.index == sst.index + 1 and s.kind == "body"), None)
     t = sst.stmt.tensor
@@ -131,19 +131,12 @@ def _epilogue(scop, sst):
             r.tensor == target for s in stmts[:e.index + 1] for r in P.reads(s.rhs)) or \
             not e.writes.is_injective():
         return None
-    reads_t = isl.UnionMap.empty(e.reads.get_space())
-
-    def keep(m):
-        nonlocal reads_t
-        if m.get_tuple_name(isl.dim_type.out) == t:
-            reads_t = reads_t.union(isl.UnionMap.from_map(m))
-
-    e.reads.foreach_map(keep)
-    if not isl.Set.from_union_set(reads_t.range()).is_equal(_elements(sst)):
-        return None
-    if not isl.Set.from_union_set(reads_t.domain()).is_equal(e.domain):
-        return None
-    return e
+    # every instance reads T (unguarded, at its own indices): one per element of T
+    # when they read exactly the elements S writes
+    elements = _elements(sst)
+    reads_t = e.reads.intersect_range(
+        isl.UnionSet.from_set(isl.Set.universe(elements.get_space())))
+    return e if isl.Set.from_union_set(reads_t.range()).is_equal(elements) else None
 
 
 def _plain(indices) -> bool:

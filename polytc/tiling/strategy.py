@@ -339,9 +339,10 @@ class Tiler:
                            and self.extent(sst, vars_[m]) > narrow),
                           key=lambda m: -self.extent(sst, vars_[m]))
             for m in wide:
-                alt, alt_batch = packed_operand(m, row(m), values=True)
+                r = row(m)
+                alt, alt_batch = packed_operand(m, r, values=True)
                 if alt is not None:
-                    j, i, operand, batch, strided = m, row(m), alt, alt_batch, True
+                    j, i, operand, batch, strided = m, r, alt, alt_batch, True
                     break
         jname = sst.vars[vars_[j]]
         if operand is None and not any(
