@@ -36,7 +36,8 @@ from .group import Group, View, form_groups
 
 
 class Plan:
-    def __init__(self, graph, shapes: dict, options, fuse: bool = True, target: str = "c"):
+    def __init__(self, graph, shapes: dict, options, fuse: bool = True, target: str = "c",
+                 native: bool = True):
         t0 = time.perf_counter()
         self.target = target
         backend = backends.get(target)
@@ -55,7 +56,8 @@ class Plan:
         self.timings["compile"] = time.perf_counter() - t0
         consts = self.bound.graph.constants
         # aligned once here (0-d stays 0-d), so kernels never copy weights at run time
-        self.constants = {v: aligned_copy(np.asarray(c)) for v, c in consts.items()}
+        self.constants = {v: aligned_copy(np.asarray(c), always=True)
+                          for v, c in consts.items()}
         #: on an accelerator target, a compiled kernel whose upload/download move values
         #: (any one will do: they share the device); None on the C target, or when no
         #: group was compiled (then only views run, on host arrays)
@@ -68,6 +70,15 @@ class Plan:
                                                     else s.inputs)}
             self.dconstants = {v: self.device.upload(c) for v, c in self.constants.items()
                                if v in read}
+        #: the steps as one C function (``native.Driver``) on the C target, unless
+        #: ``native`` is False: then ``run`` calls each kernel from Python
+        self.driver = None
+        if native and self.device is None and self.kernels:
+            from .native import Driver
+
+            t0 = time.perf_counter()
+            self.driver = Driver(self)
+            self.timings["driver"] = time.perf_counter() - t0
         self._lock = threading.Lock()
 
     def _compile(self, group: Group, options):
@@ -152,7 +163,7 @@ class Plan:
         if self.device is not None:  # values live on the device, one buffer each
             self.slot, self.arena_bytes = {}, 0
             return
-        arena = [aligned_empty((max(n, 1),), np.uint8) for n in sizes]
+        arena = [aligned_empty((max(n, 1),), np.uint8, always=True) for n in sizes]
         self.arena_bytes = sum(sizes)
         for v, b in self.slot.items():
             r = refs[v]
@@ -173,6 +184,8 @@ class Plan:
             if self.device is not None:
                 env = self._execute_device(feeds, keep=set(names))
                 return [self._download(n, env[n]) for n in names]
+            if self.driver is not None:
+                return self.driver.run(feeds, names)
             env = self._execute(feeds)
             return [env[n] if n in self.owned else np.array(env[n]) for n in names]
 

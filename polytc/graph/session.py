@@ -52,7 +52,7 @@ class Session:
     """A compiled model.  Build it with ``polytc.onnx.compile``."""
 
     def __init__(self, model, target="c", options: Options | None = None, fuse: bool = True,
-                 disable=(), where: str | None = None):
+                 disable=(), where: str | None = None, native: bool = True):
         from . import passes
         from .bind import check_supported
         from .onnx_import import import_model
@@ -65,7 +65,7 @@ class Session:
         self.graph, self.stages = passes.run(import_model(model, where), disable)
         check_supported(self.graph)  # every unsupported op at once, before compiling
         self.options = options or Options()
-        self.fuse, self.target = fuse, target
+        self.fuse, self.target, self.native = fuse, target, native
         self._plans: dict = {}
         self.timings = {"import+passes": time.perf_counter() - t0}
         if all(self.graph.types[v].static for v in self.graph.inputs if v in self.graph.types):
@@ -103,7 +103,7 @@ class Session:
         if p is None:
             p = self._plans[key] = Plan(self.graph, {v: tuple(shapes[v])
                                                      for v in self.graph.inputs},
-                                        self.options, self.fuse, self.target)
+                                        self.options, self.fuse, self.target, self.native)
         return p
 
     def __repr__(self):
@@ -152,13 +152,13 @@ class Session:
         if not isinstance(feed, dict):
             raise ModelError(f"run takes a dict of input name -> array, not "
                              f"{type(feed).__name__}")
-        expected = ", ".join(f"{a.name}: {a.type} {a.shape}" for a in self.get_inputs())
-        for n in feed:
-            if n not in g.inputs:
-                raise ModelError(f"'{n}' is not an input of the model",
-                                 hint=f"inputs: {expected}")
-        missing = [v for v in g.inputs if v not in feed]
-        if missing:
+        if len(feed) != len(g.inputs) or any(v not in feed for v in g.inputs):
+            expected = ", ".join(f"{a.name}: {a.type} {a.shape}" for a in self.get_inputs())
+            for n in feed:
+                if n not in g.inputs:
+                    raise ModelError(f"'{n}' is not an input of the model",
+                                     hint=f"inputs: {expected}")
+            missing = [v for v in g.inputs if v not in feed]
             raise ModelError(f"missing input(s) {', '.join(repr(m) for m in missing)}",
                              hint=f"inputs: {expected}")
         feeds, symbols = {}, {}
@@ -201,10 +201,12 @@ class Session:
 
 @user_boundary
 def compile(model, target: str = "c", options: Options | None = None, *, fuse: bool = True,
-            disable=()) -> Session:  # noqa: A001 - the name users expect
+            disable=(), native: bool = True) -> Session:  # noqa: A001 - the name users expect
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) into a ``Session``.
 
     ``target``: ``c``, ``opencl`` or ``cuda`` (see ``TARGETS``); ``options`` apply to
     every compiled group; ``fuse=False`` compiles each op alone;
-    ``disable`` names graph passes to skip (see ``polytc.graph.passes.PASSES``)."""
-    return Session(model, target, options, fuse, disable)
+    ``disable`` names graph passes to skip (see ``polytc.graph.passes.PASSES``);
+    ``native=False`` runs the compiled groups one by one from Python (the reference
+    executor) instead of through the plan's one C entry point (``polytc.graph.native``)."""
+    return Session(model, target, options, fuse, disable, native=native)

@@ -18,11 +18,12 @@ def aligned_zeros(shape, dtype) -> np.ndarray:
     return aligned_empty(shape, dtype, fill=0)
 
 
-def aligned_empty(shape, dtype, fill=None) -> np.ndarray:
+def aligned_empty(shape, dtype, fill=None, always: bool = False) -> np.ndarray:
     """An aligned array; uninitialised unless ``fill`` is a value (np.empty reuses freed
-    heap memory without page faults or clearing; zeros come from calloc)."""
+    heap memory without page faults or clearing; zeros come from calloc).  Arrays under
+    ``SMALL`` bytes are aligned only when ``always``."""
     if fill is not None and fill != 0:
-        out = aligned_empty(shape, dtype)
+        out = aligned_empty(shape, dtype, always=always)
         out.fill(fill)
         return out
     alloc = np.empty if fill is None else np.zeros
@@ -31,7 +32,7 @@ def aligned_empty(shape, dtype, fill=None) -> np.ndarray:
     for s in shape:
         n *= s
     nbytes = n * dt.itemsize
-    if nbytes < SMALL:
+    if nbytes < SMALL and not always:
         return alloc(shape, dt)
     buf = alloc(nbytes + ALIGN, np.uint8)
     off = (-buf.ctypes.data) % ALIGN
@@ -42,8 +43,8 @@ def is_aligned(a: np.ndarray) -> bool:
     return a.ctypes.data % ALIGN == 0
 
 
-def aligned_copy(a: np.ndarray) -> np.ndarray:
-    out = aligned_zeros(a.shape, a.dtype)
+def aligned_copy(a: np.ndarray, always: bool = False) -> np.ndarray:
+    out = aligned_empty(a.shape, a.dtype, None, always)
     np.copyto(out, a)
     return out
 

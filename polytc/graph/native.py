@@ -1,0 +1,166 @@
+"""A plan's steps as one C function: the model's native entry point.
+
+The Python executor (``Plan._execute``) calls every group's compiled kernel from Python:
+a few microseconds of argument handling per group, which a small model (an MLP at batch
+1, a recurrent cell unrolled over time) pays dozens of times per run.  ``Driver`` writes
+the whole run as one C function instead::
+
+    int polytc_plan(void *const *fn, void *const *p, int *step)
+
+``fn`` holds the groups' kernel functions (each loaded from its own shared object) and
+``p`` every buffer a step touches: the constants, the arena's slots and the kernels'
+scratch, set once when the plan is made, and the feeds and the fresh outputs, set at
+each run.  The function fills the arena slots whose kernel reads them first, calls the
+kernels in order with their exact signatures, and returns the first non-zero code with
+the failing step in ``*step``.  A view is a reshape: it shares its source's pointer.
+Python's part of a run is writing the per-run pointers and one call (cffi releases the
+GIL for it).  The C text is ``Plan.driver.code``; it is built like a kernel (same
+flags, same disk cache, keyed by its text).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..codegen_c.compiler import build_shared_object
+from ..runtime.memory import aligned_copy, allocator, is_aligned
+from .group import View
+
+_UINT = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi():
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef("int polytc_plan(void *const *fn, void *const *p, int *step);")
+    return ffi
+
+
+def fill_code(index: int, n: int, dtype, fill) -> str:
+    """C that sets all ``n`` elements of buffer ``p[index]`` to ``fill``, bit-exactly:
+    the element's bytes written as an unsigned integer of its width."""
+    raw = np.full(1, fill, dtype).tobytes()
+    if not any(raw):
+        return f"memset(p[{index}], 0, {n * len(raw)}u);"
+    t = _UINT[len(raw)]
+    word = int.from_bytes(raw, "little")
+    return f"{{ {t} *b = p[{index}]; for (size_t i = 0; i < {n}u; ++i) b[i] = {word:#x}u; }}"
+
+
+class Driver:
+    """The native entry point of a host ``Plan`` (see the module docstring)."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        refs = plan.bound.refs
+        self.root: dict = {}  # a view -> the value whose storage it shares
+        self.shape: dict = {}  # a view -> its shape
+        for s in plan.steps:
+            if isinstance(s, View):
+                self.root[s.value] = self.root.get(s.source, s.source)
+                self.shape[s.value] = tuple(s.shape)
+        index: dict = {}  # stored value (or a kernel's scratch) -> its position in p
+        fixed: list = []  # (position, array): set once
+        self.feeds: list = []  # (position, graph input): set at each run
+        self.fresh: list = []  # (position, value, allocator, shape, dtype): likewise
+        fills = {v: f for s in plan.steps if not isinstance(s, View)
+                 for v, f in zip(s.outputs, plan.kernels[s.name].out_fill)}
+        inputs = set(plan.bound.graph.inputs)
+
+        def slot(v):
+            v = self.root.get(v, v)
+            if v not in index:
+                k = index[v] = len(index)
+                if v in plan.placed:
+                    fixed.append((k, plan.placed[v]))
+                elif v in plan.constants:
+                    fixed.append((k, plan.constants[v]))
+                elif v in inputs:
+                    self.feeds.append((k, v))
+                else:  # returned to the user: fresh at each run
+                    r = refs[v]
+                    self.fresh.append((k, v, allocator(r.shape, r.dtype, fills.get(v)),
+                                       tuple(r.shape), r.dtype))
+            return index[v]
+
+        lines: list = []
+        self.kernels: list = []  # the step of each fn[k]
+        self.aligned: set = set()  # values some kernel wants 64-byte aligned
+        for s in plan.steps:
+            if isinstance(s, View):
+                continue
+            ck = plan.kernels[s.name]
+            args = [slot(v) for v in s.inputs + s.outputs]
+            for t in (ck._new_scratch() if ck.temps else ()):
+                index[(s.name, len(args))] = len(index)
+                fixed.append((len(index) - 1, t))
+                args.append(len(index) - 1)
+            self.aligned.update(self.root.get(s.inputs[i], s.inputs[i])
+                                for i in ck.align_inputs)
+            k = len(self.kernels)
+            self.kernels.append(ck)
+            lines.append(f"  /* {s.name}: {' + '.join(s.ops)} */")
+            for v, f in zip(s.outputs, ck.out_fill):
+                if f is not None and v in plan.placed:
+                    lines.append("  " + fill_code(index[v], refs[v].size, refs[v].dtype, f))
+            sig = ", ".join(["void *"] * len(args)) or "void"
+            lines.append(f"  rc = ((int (*)({sig}))fn[{k}])"
+                         f"({', '.join(f'p[{a}]' for a in args)});")
+            lines.append(f"  if (rc) {{ *step = {k}; return rc; }}")
+        self.code = ("/* the model's steps in order (polytc.graph.native) */\n"
+                     "#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n\n"
+                     "int polytc_plan(void *const *fn, void *const *p, int *step)\n{\n"
+                     "  int rc;\n" + "\n".join(lines) + "\n  return 0;\n}\n")
+        self.copies: dict = {}  # graph input -> its aligned buffer, when it needs one
+        self._load(fixed, len(index))
+
+    def _load(self, fixed, n):
+        ffi = _ffi()
+        self._lib = ffi.dlopen(build_shared_object(self.code, {"name": "polytc_plan"}))
+        self._fn = self._lib.polytc_plan
+        self._fns = ffi.new("void *[]", [ffi.cast("void *", ffi.cast("uintptr_t", ck._fn))
+                                         for ck in self.kernels] or 1)
+        self._p = ffi.new("void *[]", max(n, 1))
+        self._keep = []  # the buffers p points to stay alive with the driver
+        for k, a in fixed:
+            if not is_aligned(a):  # small constants and scratch: aligned copies
+                a = aligned_copy(a, always=True)
+            self._keep.append(a)
+            self._p[k] = ffi.from_buffer(a)
+        self._step = ffi.new("int *")
+
+    def run(self, feeds: dict, names) -> list:
+        """The outputs ``names`` for ``feeds``; the caller holds the plan's lock."""
+        buf, p = _ffi().from_buffer, self._p
+        keep, store = [], {}
+        for k, v in self.feeds:
+            a = feeds[v]
+            if v in self.aligned and not is_aligned(a):
+                c = self.copies.get(v)
+                if c is None:
+                    c = self.copies[v] = aligned_copy(a, always=True)
+                else:
+                    np.copyto(c, a)
+                a = c
+            b = buf(a)
+            keep.append(b)
+            p[k] = b
+        for k, v, alloc, shape, dtype in self.fresh:
+            a = store[v] = alloc(shape, dtype)
+            b = buf(a)
+            keep.append(b)
+            p[k] = b
+        rc = self._fn(self._fns, p, self._step)
+        if rc:
+            self.kernels[self._step[0]]._fail(rc)
+        out = []
+        for n in names:
+            r = self.root.get(n, n)
+            a = store.get(r)
+            if a is None:  # a feed or a constant: the user gets a copy
+                a = np.array(feeds[r] if r in feeds else self.plan.constants[r])
+            out.append(a.reshape(self.shape[n]) if n in self.shape else a)
+        return out

@@ -1,0 +1,108 @@
+"""The model's native entry point (``polytc.graph.native``): one C function runs every
+group of a plan; it must give exactly what the Python executor gives."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper
+
+import polytc
+import polytc.onnx
+from polytc.graph import examples as ex
+from polytc.graph.native import fill_code
+
+F = np.float32
+
+MODELS = {
+    "mlp": lambda: ex.mlp(3, (20, 16, 5)),
+    "small_cnn": lambda: ex.small_cnn(1, 16),
+    "transformer_layer": lambda: ex.transformer_layer(1, 8, 16, 2, 32),
+    "lstm": lambda: ex.lstm_model(3, 2, 4, 8),
+}
+
+
+def plan_of(sess):
+    (plan,) = sess._plans.values()
+    return plan
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_native_run_equals_the_python_executor(name):
+    m = MODELS[name]()
+    feeds = ex.example_inputs(m, seed=1)
+    native = polytc.onnx.compile(m)
+    python = polytc.onnx.compile(m, native=False)
+    assert plan_of(native).driver is not None and plan_of(python).driver is None
+    want = python.run(None, feeds)
+    first = native.run(None, feeds)
+    keep = [a.copy() for a in first]
+    feeds2 = {k: (v * 2 if v.dtype.kind == "f" else v) for k, v in feeds.items()}
+    second = native.run(None, feeds2)
+    for a, b, k in zip(first, want, keep):
+        np.testing.assert_array_equal(a, b)  # the same kernels, called the same way
+        np.testing.assert_array_equal(a, k)  # a later run leaves earlier results alone
+    for a, b in zip(second, python.run(None, feeds2)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_driver_calls_every_group_in_order():
+    plan = plan_of(polytc.onnx.compile(MODELS["transformer_layer"]()))
+    code = plan.driver.code
+    groups = [s.name for s in plan.steps if hasattr(s, "stmts")]
+    at = [code.index(f"/* {g}: ") for g in groups]
+    assert at == sorted(at) and code.count("fn[") == len(groups)
+
+
+def _gather_model():
+    g = helper.make_graph(
+        [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Gather", ["e", "i"], ["y"])],
+        "m", [helper.make_tensor_value_info("x", TP.FLOAT, [4, 3]),
+              helper.make_tensor_value_info("i", TP.INT64, [2])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [2, 3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_failing_kernel_names_its_check():
+    sess = polytc.onnx.compile(_gather_model(), fuse=False)  # the Gather is the 2nd step
+    x = np.ones((4, 3), F)
+    np.testing.assert_allclose(sess.run(None, {"x": x, "i": np.array([1, 3])})[0],
+                               np.full((2, 3), np.e, F), rtol=1e-6)
+    with pytest.raises(polytc.KernelRuntimeError, match="outside 0:4") as e:
+        sess.run(None, {"x": x, "i": np.array([1, 7])})
+    assert "Gather" in str(e.value) or "v1(k0)" in str(e.value)
+    # and the plan still runs afterwards
+    assert sess.run(None, {"x": x, "i": np.array([0, 0])})[0].shape == (2, 3)
+
+
+def test_unaligned_and_read_only_feeds():
+    m = ex.mlp(64, (64, 64, 8))
+    feeds = ex.example_inputs(m, seed=2)
+    (name,) = feeds
+    raw = np.zeros(feeds[name].size * 4 + 1, np.uint8)[1:].view(F)  # misaligned by 1 byte
+    x = raw.reshape(feeds[name].shape)
+    x[...] = feeds[name]
+    x.flags.writeable = False
+    want = polytc.onnx.compile(m, native=False).run(None, feeds)
+    got = polytc.onnx.compile(m).run(None, {name: x})
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("dtype,fill", [(np.float32, -np.inf), (np.float64, np.nan),
+                                        (np.int64, -1), (np.int32, 7), (np.float32, 0.0),
+                                        (np.uint8, 1)])
+def test_fill_code_writes_the_exact_value(dtype, fill):
+    import cffi
+
+    from polytc.codegen_c.compiler import build_shared_object
+
+    src = ("#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n"
+           "void fill(void *const *p) {\n  " + fill_code(0, 37, np.dtype(dtype), fill) + "\n}\n")
+    ffi = cffi.FFI()
+    ffi.cdef("void fill(void *const *p);")
+    lib = ffi.dlopen(build_shared_object(src, {"name": "fill_test"}))
+    a = np.full(38, 5, dtype)
+    p = ffi.new("void *[]", [ffi.from_buffer(a)])
+    lib.fill(p)
+    want = np.full(37, fill, dtype)
+    assert a[:37].tobytes() == want.tobytes() and a[37] == 5
