@@ -158,6 +158,12 @@ def test_averagepool(xs, attrs, include):
     check("AveragePool", [rnd(*xs)], count_include_pad=include, **attrs)
 
 
+@pytest.mark.parametrize("include", [0, 1])
+def test_dilated_averagepool(include):  # the divisor as a reduction, not in closed form
+    check("AveragePool", [rnd(1, 2, 9, 9)], count_include_pad=include, opset=19,
+          ort=False, kernel_shape=[3, 3], dilations=[2, 2], pads=[1, 1, 1, 1])
+
+
 @pytest.mark.parametrize("xs,attrs", _POOLS[:3])
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_lppool(xs, attrs, p):
