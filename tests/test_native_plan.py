@@ -106,3 +106,35 @@ def test_fill_code_writes_the_exact_value(dtype, fill):
     lib.fill(p)
     want = np.full(37, fill, dtype)
     assert a[:37].tobytes() == want.tobytes() and a[37] == 5
+
+
+def test_identical_groups_compile_once():
+    m = ex.mlp(4, (16, 16, 16, 16, 3))  # two hidden layers of the same shapes
+    sess = polytc.onnx.compile(m)
+    plan = plan_of(sess)
+    g = [s.name for s in plan.steps if hasattr(s, "stmts")]
+    assert plan.texts[g[0]] != plan.texts[g[1]]  # different weights and names ...
+    assert plan.kernels[g[0]] is plan.kernels[g[1]]  # ... one kernel
+    feeds = ex.example_inputs(m, seed=3)
+    np.testing.assert_array_equal(sess.run(None, feeds)[0],
+                                  polytc.onnx.compile(m, native=False).run(None, feeds)[0])
+
+
+def test_a_shared_kernel_fault_names_its_own_group():
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["a"]), helper.make_node("Exp", ["a"], ["b"]),
+         helper.make_node("Gather", ["b", "j"], ["y"])],
+        "m", [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3]),
+              helper.make_tensor_value_info("i", TP.INT64, [2]),
+              helper.make_tensor_value_info("j", TP.INT64, [2])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x, ok = np.zeros((2, 3), F), np.array([0, 1])
+    for native in (True, False):
+        sess = polytc.onnx.compile(m, fuse=False, native=native)
+        plan = plan_of(sess)
+        first, last = [s for s in plan.steps if hasattr(s, "stmts")][::2]
+        assert plan.kernels[first.name] is plan.kernels[last.name]
+        with pytest.raises(polytc.KernelRuntimeError) as e:
+            sess.run(None, {"x": x, "i": ok, "j": np.array([0, 5])})
+        assert f"in the group {last.name} of 'Gather_2'" in str(e.value)

@@ -54,6 +54,20 @@ class Group:
         return f"{head}\ndef {self.name}({params}) -> ({outs}) {{\n{body}\n}}\n"
 
 
+_TENSOR = re.compile(r"\b[vt]\d+\b")
+
+
+def canonical(text: str) -> str:
+    """A group's program with its node comment dropped, the function called ``group`` and
+    its tensors renamed in order of appearance (``a0``, ``a1``, ...): identical groups
+    (the layers of a transformer or a ResNet stage) get one text, hence one cache key,
+    and compile once.  Index names are never ``v<k>``/``t<k>`` (see ``ops``)."""
+    body = text.split("\n", 1)[1] if text.startswith("#") else text
+    names: dict = {}
+    body = _TENSOR.sub(lambda m: names.setdefault(m.group(), f"a{len(names)}"), body)
+    return re.sub(r"^def \w+\(", "def group(", body, count=1)
+
+
 @dataclass
 class View:
     source: str

@@ -24,6 +24,7 @@ import functools
 import numpy as np
 
 from ..codegen_c.compiler import build_shared_object
+from ..diagnostics import KernelRuntimeError
 from ..runtime.memory import aligned_copy, allocator, is_aligned
 from .group import View
 
@@ -87,7 +88,8 @@ class Driver:
             return index[v]
 
         lines: list = []
-        self.kernels: list = []  # the step of each fn[k]
+        self.kernels: list = []  # the kernel of each fn[k]
+        self.steps: list = []  # and its group
         self.aligned: set = set()  # values some kernel wants 64-byte aligned
         for s in plan.steps:
             if isinstance(s, View):
@@ -102,6 +104,7 @@ class Driver:
                                 for i in ck.align_inputs)
             k = len(self.kernels)
             self.kernels.append(ck)
+            self.steps.append(s)
             lines.append(f"  /* {s.name}: {' + '.join(s.ops)} */")
             for v, f in zip(s.outputs, ck.out_fill):
                 if f is not None and v in plan.placed:
@@ -155,7 +158,11 @@ class Driver:
             p[k] = b
         rc = self._fn(self._fns, p, self._step)
         if rc:
-            self.kernels[self._step[0]]._fail(rc)
+            k = self._step[0]
+            try:
+                self.kernels[k]._fail(rc)
+            except KernelRuntimeError as e:
+                raise self.plan.fault(self.steps[k], e) from None
         out = []
         for n in names:
             r = self.root.get(n, n)

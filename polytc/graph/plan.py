@@ -25,14 +25,15 @@ import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import backends, config
-from ..diagnostics import CompilationError, InternalError, ModelError, PolytcError, Source
+from ..diagnostics import (CompilationError, InternalError, KernelRuntimeError, ModelError,
+                           PolytcError, Source)
 from ..kernel import Kernel
 from ..lang.inline import inline_temporaries
 from ..lang.parser import parse
 from ..lang.sema import check
 from ..runtime.memory import aligned_copy, aligned_empty
 from .bind import bind
-from .group import Group, View, form_groups
+from .group import Group, View, canonical, form_groups
 
 
 class Plan:
@@ -49,10 +50,17 @@ class Plan:
         self.texts = {}
         t0 = time.perf_counter()
         groups = [s for s in self.steps if isinstance(s, Group)]
-        # the isl part of each compile runs under a lock, gcc runs in parallel
+        unique: dict = {}  # canonical text -> the first group with it
+        for s in groups:
+            self.texts[s.name] = s.text(self.bound.refs)
+            unique.setdefault(canonical(self.texts[s.name]), s)
+        # identical groups compile once; the isl part of each compile runs under a
+        # lock, gcc runs in parallel
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            for s, ck in zip(groups, pool.map(lambda s: self._compile(s, options), groups)):
-                self.kernels[s.name] = ck
+            built = dict(zip(unique, pool.map(lambda kv: self._compile(kv[1], kv[0], options),
+                                              unique.items())))
+        for s in groups:
+            self.kernels[s.name] = built[canonical(self.texts[s.name])]
         self.timings["compile"] = time.perf_counter() - t0
         consts = self.bound.graph.constants
         # aligned once here (0-d stays 0-d), so kernels never copy weights at run time
@@ -81,9 +89,8 @@ class Plan:
             self.timings["driver"] = time.perf_counter() - t0
         self._lock = threading.Lock()
 
-    def _compile(self, group: Group, options):
-        text = group.text(self.bound.refs)
-        self.texts[group.name] = text
+    def _compile(self, group: Group, text: str, options):
+        """The kernel of ``group``, whose program is ``text`` (``canonical``)."""
         try:
             program = check(parse(text, f"<{group.name}>")[0], Source(text, f"<{group.name}>"))
             program = inline_temporaries(program)
@@ -202,11 +209,22 @@ class Plan:
             ck = self.kernels[s.name]
             outs = [self._buffer(v, f) for v, f in zip(s.outputs, ck.out_fill)]
             t0 = time.perf_counter()
-            ck.run([env[v] for v in s.inputs], outs)
+            try:
+                ck.run([env[v] for v in s.inputs], outs)
+            except KernelRuntimeError as e:
+                raise self.fault(s, e) from None
             if times is not None:
                 times.setdefault(s.name, []).append(time.perf_counter() - t0)
             env.update(zip(s.outputs, outs))
         return env
+
+    @staticmethod
+    def fault(step: Group, e: KernelRuntimeError) -> KernelRuntimeError:
+        """``e`` (a kernel's failed run-time check) saying which nodes it came from:
+        identical groups share one kernel, whose message names the first of them."""
+        nodes = ", ".join(n.label for n in step.nodes)
+        return KernelRuntimeError(f"{e.message}\nin the group {step.name} of {nodes}",
+                                  hint=e.hint)
 
     # --- running on an accelerator ----------------------------------------------------
     def _execute_device(self, feeds: dict, times: dict | None = None, keep=()) -> dict:
