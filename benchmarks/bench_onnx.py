@@ -1,6 +1,7 @@
 """Whole ONNX models: ``polytc.onnx`` against onnxruntime on the CPU.
 
     python benchmarks/bench_onnx.py [--only name,name] [--repeats N] [--threads T] [--quick]
+                                    [--load]
 
 One table: per model (from ``polytc.graph.examples``) the median milliseconds of one
 ``sess.run(None, feeds)`` of polytc and of onnxruntime, polytc's time over onnxruntime's,
@@ -17,10 +18,14 @@ process of its own and the samples are interleaved round-robin (see ``common``);
 worker waits for its threads to go quiet before it answers.  polytc's first output is
 compared with onnxruntime's (allclose, rtol 1e-3, atol 1e-3 times the output's
 magnitude); a mismatch reads ``WRONG`` and is not timed, a failure reads ``fail``.
+``--load`` times both with a busy neighbour: a process spinning on the last core (the
+shared machine a served model meets), started after the compiles and stopped after the
+model's samples.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -254,9 +259,10 @@ def run_model(name, build, args, tmp, workers, notes):
         for col in ready:
             contenders[col] = bench_cpu.Remote(w, col)
 
-    timings = common.time_interleaved(contenders, args.repeats, warm=True,
-                                      min_sample=args.min_sample, slow=1.0,
-                                      slow_repeats=1 if args.quick else 3)
+    with common.BusyNeighbour() if args.load else contextlib.nullcontext():
+        timings = common.time_interleaved(contenders, args.repeats, warm=True,
+                                          min_sample=args.min_sample, slow=1.0,
+                                          slow_repeats=1 if args.quick else 3)
     times = {}
     for col, t in timings.items():
         if args.verbose:
@@ -289,6 +295,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small sizes, fewer samples")
     ap.add_argument("--min-sample", type=float, default=None,
                     help="seconds a sample lasts at least (default 0.02, 0.005 with --quick)")
+    ap.add_argument("--load", action="store_true",
+                    help="time with a busy neighbour: a process spinning on one core "
+                         "(compile times are measured without it)")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = ap.parse_args(argv)
     if args.repeats is None:
@@ -323,7 +332,8 @@ def main(argv=None):
                 f"{f} not available ({w.missing})" if w.missing else f"{f} failed to start"
                 for f, w in workers.items()]
         nthr = f"{threads} thread{'s' if threads != 1 else ''}"
-        print(f"polytc ONNX benchmark: {common.cpu_model()}, {nthr} for both libraries")
+        busy = ", one other process spinning on a core (--load)" if args.load else ""
+        print(f"polytc ONNX benchmark: {common.cpu_model()}, {nthr} for both libraries{busy}")
         print(f"{', '.join(vers)}; median ms of one sess.run over {args.repeats} interleaved "
               f"samples{' (--quick)' if args.quick else ''}")
         sys.stdout.flush()

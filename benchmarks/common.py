@@ -317,6 +317,25 @@ def child_command(here: str, code: str) -> list:
     return [sys.executable, "-c", f"import sys; sys.path[0] = {here!r}; {code}"]
 
 
+class BusyNeighbour:
+    """A process that spins on one core for as long as the ``with`` block lasts: the
+    shared machine of ``--load`` (a model served beside other work).  Pinned to the
+    last core this process may run on, at the normal priority."""
+
+    CODE = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+    def __enter__(self):
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+        self.core = cores[-1]
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(self.core)])
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+        return False
+
+
 def load_average() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 

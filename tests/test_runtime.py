@@ -74,6 +74,22 @@ def test_disk_cache_across_processes(tmp_path):
         assert out.stdout.strip() == "24.0"
 
 
+@pytest.mark.parametrize("user,want", [({}, "10000"), ({"GOMP_SPINCOUNT": "5"}, "5"),
+                                       ({"OMP_WAIT_POLICY": "passive"}, "unset")])
+def test_openmp_wait_policy_is_set_before_libgomp_loads(user, want):
+    script = "\n".join([
+        "import os, numpy as np, polytc",
+        f"mm = polytc.tc({MM!r})",
+        "mm(np.ones((4, 3), np.float32), np.ones((3, 2), np.float32))",
+        "print(os.environ.get('GOMP_SPINCOUNT', 'unset'))",
+    ])
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", script], env={**env, **user},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == want
+
+
 def test_corrupt_disk_entry_is_rebuilt():
     import glob
 

@@ -35,6 +35,9 @@ def _pin_openmp():
     threads still spin inside it, the process dies with SIGSEGV.  ctypes never unloads."""
     import ctypes
 
+    from .. import config
+
+    config.openmp_environment()  # before libgomp reads it
     for name in ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so"):
         try:
             return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
