@@ -49,12 +49,13 @@ FAMILIES = ("polytc", "ort")
 
 def models(quick: bool) -> dict:
     """name -> (builder of the ModelProto, sizes in words); ``quick``: small sizes.  The
-    first four are the default set; the others run when ``--only`` names them."""
+    first five are the default set; the others run when ``--only`` names them."""
     from polytc.graph import examples as ex
 
     if quick:
         return {
             "mlp": (lambda: ex.mlp(16, (784, 256, 10)), "batch 16, 784-256-10"),
+            "mlp_b1": (lambda: ex.mlp(1, (784, 256, 10)), "batch 1, 784-256-10"),
             "resnet18": (lambda: ex.resnet18(1, 64, width=16, classes=100),
                          "batch 1, 64x64, width 16, 100 classes"),
             "transformer_layer": (lambda: ex.transformer_layer(1, 32, 64, 4, 256),
@@ -67,6 +68,7 @@ def models(quick: bool) -> dict:
         }
     return {
         "mlp": (lambda: ex.mlp(64), "batch 64, 784-512-512-10"),
+        "mlp_b1": (lambda: ex.mlp(1), "batch 1, 784-512-512-10"),
         "resnet18": (lambda: ex.resnet18(1, 224), "batch 1, 224x224, width 64, 1000 classes"),
         "transformer_layer": (lambda: ex.transformer_layer(1, 128, 256, 4, 1024),
                               "batch 1, seq 128, d 256, 4 heads, ffn 1024"),
@@ -78,7 +80,7 @@ def models(quick: bool) -> dict:
     }
 
 
-DEFAULT = ["mlp", "resnet18", "transformer_layer", "bert_encoder"]
+DEFAULT = ["mlp", "mlp_b1", "resnet18", "transformer_layer", "bert_encoder"]
 
 
 def check(outs, refs) -> str | None:

@@ -378,3 +378,17 @@ def test_register_tile_order_follows_the_micro_panel(tile, outer):
     steps = [line.rsplit("+= ", 1)[1] for line in ck.code.splitlines()
              if line.strip().startswith("for") and line.rstrip().endswith(("+= 6L)", "+= 64L)"))]
     assert steps[0] == f"{outer}L)"
+
+
+def test_parallel_innermost_loop_runs_in_vector_chunks():
+    """A 1-d elementwise loop big enough for threads: one vector loop per thread, not
+    one call of the outlined body per element."""
+    k = polytc.tc("""def f(float(N) X, float(N) b) -> (Y) {
+        Y(i) = max(X(i) + b(i), 0.0)
+    }""", options=polytc.Options(num_threads=2))
+    x = np.random.default_rng(4).standard_normal(100_003).astype(np.float32)
+    ck = k.specialize(x, x[::-1].copy())
+    body = ck.code.split("pt_body0(", 1)[1]
+    assert "#pragma omp simd" in body.split("int polytc_kernel")[0]
+    assert "+= 50048L" in ck.code  # two chunks of whole cache lines
+    np.testing.assert_array_equal(k(x, x[::-1].copy()), np.maximum(x + x[::-1], 0))

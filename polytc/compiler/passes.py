@@ -111,8 +111,13 @@ def p_fold(b: Build) -> Build:
 def p_parallel(b: Build) -> Build:
     if not b.options.parallel:
         return b
+    from .. import config
+    from ..tiling.machine import host
+
     points = sum(statement_points(s, b.env) for s in b.scop.stmts)
-    s = sched.mark_parallel(current_schedule(b), b.options.parallel_min_points, points)
+    threads = b.options.num_threads or config.num_threads() or host().cores
+    s = sched.mark_parallel(current_schedule(b), b.options.parallel_min_points, points,
+                            threads)
     return b.but(schedule=s)
 
 

@@ -287,14 +287,71 @@ def program_order(scop: Scop) -> isl.Schedule:
         isl.MultiUnionPwAff.from_union_map(original_schedule(scop)))
 
 
-def mark_parallel(schedule: isl.Schedule, min_points: int, points: int) -> isl.Schedule:
+def mark_parallel(schedule: isl.Schedule, min_points: int, points: int,
+                  threads: int = 1) -> isl.Schedule:
     """Put a ``parallel`` mark above the outermost coincident loop of each band that is
-    not nested in a parallel loop already (nothing for kernels under ``min_points``)."""
+    not nested in a parallel loop already (nothing for kernels under ``min_points``
+    instances).  A parallel loop that is also the innermost ``simd`` loop is cut into
+    ``threads`` chunks: the chunks run in parallel, each a vector loop (not one call of
+    the outlined body per element: a 1-d bias + ReLU over 2^20 elements took 418 us,
+    141 us in chunks)."""
     if points < min_points:
         return schedule
     node = schedule.get_root()
-    node = _mark(node, inside=False)
+    node = _mark(node, False, max(1, threads))
     return node.get_schedule()
+
+
+def _chunked(node, threads: int):
+    """``node``, a one-member band under a ``simd:<d>`` mark with nothing below it, as
+    a band of ``threads`` chunks with the ``simd`` mark moved onto the point loop below
+    it; or ``node`` unchanged (returned as the band to mark parallel)."""
+    parent = node.parent()
+    if parent.get_type() != isl.schedule_node_type.mark or \
+            not parent.mark_get_id().get_name().startswith("simd:") or \
+            node.band_n_member() != 1 or \
+            node.child(0).get_type() != isl.schedule_node_type.leaf:
+        return node
+    sched = node.band_get_partial_schedule().intersect_domain(node.get_domain())
+    upa = sched.get_union_pw_aff(0)
+    lo, hi = upa.min_val(), upa.max_val()
+    if not (lo.is_int() and hi.is_int()):
+        return node
+    ext = hi.to_python() - lo.to_python() + 1
+    chunk = -(-ext // threads)
+    chunk = -(-chunk // 64) * 64  # whole vectors and cache lines
+    if chunk >= ext:
+        return node
+    node = parent.delete()  # the band again
+    mv = isl.MultiVal.zero(node.band_get_space())
+    node = node.band_tile(mv.set_val(0, isl.Val.int_from_si(node.get_ctx(), chunk)))
+    point = insert_mark(node.child(0), "simd")
+    return point.parent().parent()  # the tile band
+
+
+def _mark(node, inside, threads):
+    """Mark the subtree at ``node``; returns the node at the same position."""
+    depth = 0
+    if node.get_type() == isl.schedule_node_type.band and not inside:
+        m = _first_coincident(node)
+        if m is not None:
+            if m > 0:
+                node = node.band_split(m).child(0)
+                depth += 1
+            if node.band_n_member() > 1:
+                node = node.band_split(1)
+            elif threads > 1:
+                before = node.get_tree_depth()
+                node = _chunked(node, threads)
+                depth += node.get_tree_depth() - before
+            node = insert_mark(node, "parallel")
+            depth += 1
+            inside = True
+    for i in range(node.n_children()):
+        node = _mark(node.child(i), inside, threads).parent()
+    for _ in range(depth):
+        node = node.parent()
+    return node
 
 
 def _first_coincident(node) -> int | None:
@@ -319,25 +376,6 @@ def _first_coincident(node) -> int | None:
     return None if chain or not found else found[0]
 
 
-def _mark(node, inside):
-    """Mark the subtree at ``node``; returns the node at the same position."""
-    depth = 0
-    if node.get_type() == isl.schedule_node_type.band and not inside:
-        m = _first_coincident(node)
-        if m is not None:
-            if m > 0:
-                node = node.band_split(m).child(0)
-                depth += 1
-            if node.band_n_member() > 1:
-                node = node.band_split(1)
-            node = insert_mark(node, "parallel")
-            depth += 1
-            inside = True
-    for i in range(node.n_children()):
-        node = _mark(node.child(i), inside).parent()
-    for _ in range(depth):
-        node = node.parent()
-    return node
 
 
 def insert_mark(node, kind: str):
