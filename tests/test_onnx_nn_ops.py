@@ -158,6 +158,18 @@ def test_averagepool(xs, attrs, include):
     check("AveragePool", [rnd(*xs)], count_include_pad=include, **attrs)
 
 
+def test_averagepool_divisor_is_a_formula_not_a_reduction():
+    """The count of window positions inside the input, per output position, in closed
+    form: as a second reduction it sent isl's fusing scheduler to its 8 s deadline."""
+    from polytc import onnx as ponnx
+
+    m, _ = _model("AveragePool", [rnd(1, 2, 9, 9)],
+                  {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, None, 1, OPSET)
+    (plan,) = ponnx.compile(m)._plans.values()
+    (text,) = plan.texts.values()
+    assert text.count("+=!") == 1 and "min(9, i3 - 1 + 3) - max(0, i3 - 1)" in text
+
+
 @pytest.mark.parametrize("include", [0, 1])
 def test_dilated_averagepool(include):  # the divisor as a reduction, not in closed form
     check("AveragePool", [rnd(1, 2, 9, 9)], count_include_pad=include, opset=19,

@@ -392,3 +392,19 @@ def test_parallel_innermost_loop_runs_in_vector_chunks():
     assert "#pragma omp simd" in body.split("int polytc_kernel")[0]
     assert "+= 50048L" in ck.code  # two chunks of whole cache lines
     np.testing.assert_array_equal(k(x, x[::-1].copy()), np.maximum(x + x[::-1], 0))
+
+
+@pytest.mark.parametrize("src,shifts", [
+    ("""def f(float(N,K) A, float(K,M) B) -> (C) {
+        P(i, k) = A(i, k) * 2.0
+        C(i, j) +=! P(i, k) * B(k, j)
+    }""", 0),  # a contraction's band is tiled as it is: isl may not shift
+    ("""def f(float(N) A) -> (C) {
+        P(i) = A(i) * 2.0
+        C(i) = P(i) + P(i + 1) where i in 0:N-1
+    }""", 4)])  # a stencil may be fused by a small shift
+def test_isl_shifts_only_programs_without_a_contraction(src, shifts):
+    k = polytc.tc(src, options=polytc.Options(fusion="preserve"))
+    env = {"N": 30, "K": 20, "M": 40} if "K" in src else {"N": 30}
+    b = pipeline.run(k.program, env, k.options)
+    assert b.scop.ctx.get_schedule_max_constant_term() == shifts

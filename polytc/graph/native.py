@@ -128,9 +128,7 @@ class Driver:
                                          for ck in self.kernels] or 1)
         self._p = ffi.new("void *[]", max(n, 1))
         self._keep = []  # the buffers p points to stay alive with the driver
-        for k, a in fixed:
-            if not is_aligned(a):  # small constants and scratch: aligned copies
-                a = aligned_copy(a, always=True)
+        for k, a in fixed:  # constants and the arena are aligned (Plan); scratch need not be
             self._keep.append(a)
             self._p[k] = ffi.from_buffer(a)
         self._step = ffi.new("int *")

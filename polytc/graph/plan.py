@@ -50,17 +50,18 @@ class Plan:
         self.texts = {}
         t0 = time.perf_counter()
         groups = [s for s in self.steps if isinstance(s, Group)]
-        unique: dict = {}  # canonical text -> the first group with it
+        canon, unique = {}, {}  # group -> its canonical text -> the first group with it
         for s in groups:
             self.texts[s.name] = s.text(self.bound.refs)
-            unique.setdefault(canonical(self.texts[s.name]), s)
+            canon[s.name] = canonical(self.texts[s.name])
+            unique.setdefault(canon[s.name], s)
         # identical groups compile once; the isl part of each compile runs under a
         # lock, gcc runs in parallel
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
             built = dict(zip(unique, pool.map(lambda kv: self._compile(kv[1], kv[0], options),
                                               unique.items())))
         for s in groups:
-            self.kernels[s.name] = built[canonical(self.texts[s.name])]
+            self.kernels[s.name] = built[canon[s.name]]
         self.timings["compile"] = time.perf_counter() - t0
         consts = self.bound.graph.constants
         # aligned once here (0-d stays 0-d), so kernels never copy weights at run time

@@ -376,8 +376,6 @@ def _first_coincident(node) -> int | None:
     return None if chain or not found else found[0]
 
 
-
-
 def insert_mark(node, kind: str):
     """A mark ``kind:<d>`` above the band ``node``; ``d`` is the schedule dimension of the
     band's first member, so the code generator applies the mark to that loop only (isl
