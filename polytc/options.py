@@ -53,6 +53,11 @@ class Options:
     reciprocal: bool = True
     #: passes to skip by name (see ``polytc.compiler.pipeline.PASSES``)
     disable: tuple = ()
+    #: inputs (by name) whose values are the same at every call, as a model's weights:
+    #: a contraction packs such an operand into its micro-panels once
+    #: (``CompiledKernel.prepack``, which ``polytc.onnx`` calls when it makes a plan)
+    #: instead of at every call; a call given no packed copy packs it itself (C target)
+    constants: tuple = ()
     #: a hand schedule's recipe (``polytc.Schedule.steps``, see docs/jupyter.md): when
     #: given it replaces isl's scheduler and the tiling and parallel passes; C target only
     schedule: tuple = ()
@@ -90,6 +95,10 @@ class Options:
         if self.num_threads is not None and self.num_threads < 1:
             raise OptionsError("num_threads must be at least 1")
         object.__setattr__(self, "disable", tuple(self.disable))
+        if isinstance(self.constants, str):
+            raise OptionsError("constants must be a sequence of input names, "
+                               f"got the string {self.constants!r}")
+        object.__setattr__(self, "constants", tuple(sorted(set(self.constants))))
         object.__setattr__(self, "schedule", _steps(self.schedule))
         if self.mapping not in MAPPINGS:
             raise OptionsError(f"unknown mapping {self.mapping!r}",

@@ -35,6 +35,8 @@ class Backend:
     host = False
     #: whether its code generator reads packed operands (``tiling/pack.py``)
     packing = False
+    #: whether it packs constant operands once, before the first call (``prepack``)
+    prepacking = False
     #: whether its code generator keeps contracted temporaries (``tiling/contract.py``)
     contracting = False
     #: whether its code generator folds inits and epilogues into register tiles

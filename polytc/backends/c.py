@@ -19,6 +19,7 @@ class C(Backend):
     name = "c"
     host = True
     packing = True
+    prepacking = True
     contracting = True
     folding = True
     compiler = "gcc"
@@ -49,11 +50,20 @@ class C(Backend):
         with open(so, "rb") as f:
             files = {"kernel.so": f.read()}
         local = {d.subject for d in b.tiling if d.kind == "contract"}
-        return files, build_meta(b, align_inputs=align_inputs(b), local_temps=sorted(local))
+        return files, build_meta(b, align_inputs=align_inputs(b), local_temps=sorted(local),
+                                 prepacked=prepacked(b))
 
     def load(self, program, env, options, entry, build=None):
         return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so",
                               entry["meta"], build)
+
+
+def prepacked(b) -> list:
+    """``[input position, elements, function]`` per operand packed once, in the order
+    of the kernel's parameters (``codegen_c/pack.py``)."""
+    names = [t.name for t in b.program.inputs]
+    return [[names.index(d.facts["tensor"]), d.facts["_size"], f"polytc_pre{d.facts['_name']}"]
+            for d in b.tiling if d.kind == "pack" and "_box" in d.facts]
 
 
 def align_inputs(b) -> list:

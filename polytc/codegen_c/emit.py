@@ -260,7 +260,8 @@ class CEmitter:
         self.escaped: set = set()
         self.params = [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
             [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries
-             if t.name not in self.locals]
+             if t.name not in self.locals] + \
+            [p.parameter for p in self.packs.values() if p.box is not None]
         self.vectorize = vectorize
         self.by_name = {s.name: s for s in scop.stmts}
         self.sites: list = []  # (Span, what) for every run-time check, 1-based
@@ -402,7 +403,8 @@ class CEmitter:
         return p
 
     def function(self, ast, fname: str, fills=None) -> str:
-        """The kernel: ``int fname(inputs..., outputs..., temporaries...)``.  The runtime
+        """The kernel: ``int fname(inputs..., outputs..., temporaries..., prepacked...)``
+        (and the functions filling the prepacked operands, ``codegen_c/pack.py``).  The runtime
         owns the temporaries (scratch buffers reused across calls); those read before
         they are written (in ``fills``: name -> initial value) are filled first (the
         runtime fills the outputs: ``out=`` arrays are initial values)."""
@@ -421,5 +423,7 @@ class CEmitter:
         helpers = "".join(typedefs(*v) for v in sorted(self.vector_types)) + \
             "\n".join(p.declaration() for p in self.packs.values()) + "\n\n" + \
             "\n\n".join(str(h) for h in self.helpers)
-        code = helpers + "\n\n" + str(fn) + "\n"
+        code = helpers + "\n\n" + str(fn) + "\n" + "".join(
+            "\n" + p.prepack(self.scop.shapes, self.scop.env)
+            for p in self.packs.values() if p.box is not None)
         return PRELUDE + div_helpers(code) + "\n" + code

@@ -8,6 +8,12 @@ the reduction offsets ``k % Tk`` in mixed radix.  Inside the micro-kernel's vect
 (iterator ``lane``, running over the ``NR`` lanes of a register tile that starts at a
 multiple of ``NR``) the lane is split off: ``j = base + lane`` and the index is affine
 in ``lane``, so the loads are contiguous vectors; so are the reduction loops' iterators.
+
+A prepacked operand (facts ``_box``) has no copy statement: its buffer is a parameter of
+the kernel, after the temporaries, holding every tile (``tile * Tj * Kt`` plus the offset
+above, ``tile`` the tile's position in row-major order over ``j`` and the reductions),
+and the same shared object exports ``void polytc_prepackN(const T *src, T *dst)``, which
+fills it from the operand (zeros where a partial tile has no element).
 """
 from __future__ import annotations
 
@@ -31,10 +37,33 @@ class Packed:
         for _v, t in self.red:
             self.kt *= t
         self.read = next(r for r in P.reads(sst.stmt.rhs) if r.tensor == self.tensor)
+        #: packed once, before the first call (``tiling.pack.prepack_box``)
+        self.box = f.get("_box")
+        self.tiles = f.get("_tiles", ())
+        self.size = f.get("_size", 0)
+
+    @property
+    def function(self) -> str:
+        """The name of the function that fills a prepacked buffer."""
+        return f"polytc_pre{self.name}"
+
+    @property
+    def parameter(self) -> str:
+        return f"const {self.ctype} *restrict {self.buffer}"
 
     def declaration(self) -> str:
+        if self.box is not None:  # a parameter
+            return ""
         n = self.tj * self.kt
         return f"static __thread {self.ctype} {self.buffer}[{n}] __attribute__((aligned(64)));"
+
+    def _tile(self, positions) -> str:
+        """The row-major position of a tile from its position along ``j`` and each
+        reduction (C), times the elements of a tile."""
+        out = None
+        for q, n in zip(positions, self.tiles):
+            out = q if out is None else f"({out}) * {n}L + {q}"
+        return f"({out}) * {self.tj * self.kt}L + "
 
     def _koff(self, offsets) -> str:
         out = None
@@ -42,8 +71,10 @@ class Packed:
             out = off if out is None else f"({out}) * {t}L + {off}"
         return out or "0L"
 
-    def element(self, panel: str, koff: str, lane: str) -> str:
-        return f"{self.buffer}[(({panel}) * {self.kt}L + {koff}) * {self.nr}L + {lane}]"
+    def element(self, panel: str, koff: str, lane: str, tile: str = "",
+                buffer: str | None = None) -> str:
+        return f"{buffer or self.buffer}[{tile}(({panel}) * {self.kt}L + {koff}) * " \
+               f"{self.nr}L + {lane}]"
 
     def read_at(self, vars: dict, inner) -> str:
         """The packed element a compute instance reads (``vars``: index -> C).
@@ -59,11 +90,38 @@ class Packed:
         base, off = split(vars[self.sst.vars[self.jvar]])
         panel = f"(({base}) % {self.tj}L) / {self.nr}L"
         lane = off if off else f"(({base}) % {self.nr}L)"
-        offs = []
+        offs, tile = [], [f"(({base}) / {self.tj}L)"]
         for v, t in self.red:
             b, o = split(vars[self.sst.vars[v]])
             offs.append(f"(({b}) % {t}L)" + (f" + {o}" if o else ""))
-        return self.element(panel, self._koff(offs), lane)
+            tile.append(f"(({b}) / {t}L)")
+        return self.element(panel, self._koff(offs), lane,
+                            self._tile(tile) if self.box is not None else "")
+
+    def prepack(self, shapes, env) -> str:
+        """The C function filling a prepacked buffer from the operand (see the module
+        docstring): the tiles in parallel, each as the kernel's copy would write it."""
+        sizes = [self.tj] + [t for _v, t in self.red]
+        names = [self.sst.vars[self.jvar]] + [self.sst.vars[v] for v, _ in self.red]
+        tv = [f"pt_t{d}" for d in range(len(sizes))]
+        ks = [f"pt_k{d}" for d in range(len(self.red))]
+        vars = {names[0]: f"({tv[0]} * {self.tj}L + {self.nr}L * pt_p + pt_l)"}
+        for d, (n, k) in enumerate(zip(names[1:], ks)):
+            vars[n] = f"({tv[d + 1]} * {sizes[d + 1]}L + {k})"
+        inside = " && ".join(f"{vars[n]} >= {lo}L && {vars[n]} <= {hi}L"
+                             for n, (lo, hi) in zip(names, self.box))
+        src = ExprPrinter(shapes, env, vars, frozenset(), []).expr(self.read)
+        dst = self.element("pt_p", self._koff(ks), "pt_l", self._tile(tv), "pt_dst")
+        loops = list(zip(tv, self.tiles)) + [("pt_p", self.tj // self.nr)] + \
+            [(k, t) for k, (_v, t) in zip(ks, self.red)] + [("pt_l", self.nr)]
+        lines = [f"void {self.function}(const {self.ctype} *restrict {self.tensor}, "
+                 f"{self.ctype} *restrict pt_dst)", "{"]
+        if self.tiles[0] > 1:
+            lines.append("  #pragma omp parallel for")
+        for d, (it, n) in enumerate(loops):
+            lines.append("  " * (d + 1) + f"for (long {it} = 0; {it} < {n}L; ++{it})")
+        lines.append("  " * (len(loops) + 1) + f"{dst} = ({inside}) ? {src} : 0;")
+        return "\n".join(lines) + "\n}\n"
 
     def copy(self, args: list, shapes, env, sites) -> str:
         """The copy statement of one instance ``packN[t..., p, k..., l]``."""

@@ -92,7 +92,8 @@ def cpu_loops(b: Build) -> bool:
 
 def p_tile(b: Build) -> Build:
     s, decisions = tile_schedule(current_schedule(b), b.scop, b.options, host(),
-                                 pack=b.backend.packing, validity=b.deps.validity)
+                                 pack=b.backend.packing, validity=b.deps.validity,
+                                 constants=b.options.constants if b.backend.prepacking else ())
     return b.stage("tiling", "\n".join(str(d) for d in decisions), schedule=s,
                    tiling=tuple(decisions))
 

@@ -96,7 +96,8 @@ class Driver:
                 continue
             ck = plan.kernels[s.name]
             args = [slot(v) for v in s.inputs + s.outputs]
-            for t in (ck._new_scratch() if ck.temps else ()):
+            for t in list(ck._new_scratch() if ck.temps else ()) + \
+                    plan.prepacked.get(s.name, []):  # and its packed weights
                 index[(s.name, len(args))] = len(index)
                 fixed.append((len(index) - 1, t))
                 args.append(len(index) - 1)

@@ -50,23 +50,29 @@ class Plan:
         self.texts = {}
         t0 = time.perf_counter()
         groups = [s for s in self.steps if isinstance(s, Group)]
-        canon, unique = {}, {}  # group -> its canonical text -> the first group with it
+        consts = self.bound.graph.constants
+        canon, unique = {}, {}  # group -> its key -> the first group with it
         for s in groups:
             self.texts[s.name] = s.text(self.bound.refs)
-            canon[s.name] = canonical(self.texts[s.name])
+            # the canonical text, and which of its inputs are weights (packed once)
+            canon[s.name] = (canonical(self.texts[s.name]),
+                             tuple(k for k, v in enumerate(s.inputs) if v in consts))
             unique.setdefault(canon[s.name], s)
         # identical groups compile once; the isl part of each compile runs under a
         # lock, gcc runs in parallel
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            built = dict(zip(unique, pool.map(lambda kv: self._compile(kv[1], kv[0], options),
-                                              unique.items())))
+            built = dict(zip(unique, pool.map(
+                lambda kv: self._compile(kv[1], kv[0][0], options, kv[0][1]), unique.items())))
         for s in groups:
             self.kernels[s.name] = built[canon[s.name]]
         self.timings["compile"] = time.perf_counter() - t0
-        consts = self.bound.graph.constants
         # aligned once here (0-d stays 0-d), so kernels never copy weights at run time
         self.constants = {v: aligned_copy(np.asarray(c), always=True)
                           for v, c in consts.items()}
+        #: group -> its kernel's packed copies of the weights (``CompiledKernel.prepack``)
+        self.prepacked = {s.name: self.kernels[s.name].prepack(
+            [self.constants.get(v) for v in s.inputs])
+            for s in groups if getattr(self.kernels[s.name], "prepacked", None)}
         #: on an accelerator target, a compiled kernel whose upload/download move values
         #: (any one will do: they share the device); None on the C target, or when no
         #: group was compiled (then only views run, on host arrays)
@@ -90,11 +96,15 @@ class Plan:
             self.timings["driver"] = time.perf_counter() - t0
         self._lock = threading.Lock()
 
-    def _compile(self, group: Group, text: str, options):
-        """The kernel of ``group``, whose program is ``text`` (``canonical``)."""
+    def _compile(self, group: Group, text: str, options, weights=()):
+        """The kernel of ``group``, whose program is ``text`` (``canonical``) and whose
+        inputs at the positions ``weights`` are constants."""
         try:
             program = check(parse(text, f"<{group.name}>")[0], Source(text, f"<{group.name}>"))
             program = inline_temporaries(program)
+            if weights:
+                options = options.replace(constants=tuple(
+                    program.inputs[k].name for k in weights))
             kernel = Kernel(program, options, target=self.target)
             refs = self.bound.refs
             try:  # arrays only for their shapes: zero strides, no memory
@@ -211,7 +221,7 @@ class Plan:
             outs = [self._buffer(v, f) for v, f in zip(s.outputs, ck.out_fill)]
             t0 = time.perf_counter()
             try:
-                ck.run([env[v] for v in s.inputs], outs)
+                ck.run([env[v] for v in s.inputs], outs, self.prepacked.get(s.name))
             except KernelRuntimeError as e:
                 raise self.fault(s, e) from None
             if times is not None:

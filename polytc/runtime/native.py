@@ -14,17 +14,19 @@ import numpy as np
 from ..diagnostics import PolytcError
 from . import args as A
 from .compiled import Specialised
-from .memory import aligned_copy, aligned_zeros, allocator, is_aligned
+from .memory import aligned_copy, aligned_empty, aligned_zeros, allocator, is_aligned
 
 
 @functools.lru_cache(maxsize=None)
-def _ffi(nargs: int):
-    """A cffi FFI declaring ``int polytc_kernel(void *, ...)`` with ``nargs`` pointers.
-    cffi's ABI mode (dlopen) calls a kernel in ~0.8 us where ctypes takes ~4 us."""
+def _ffi(nargs: int, prepacks: tuple = ()):
+    """A cffi FFI declaring ``int polytc_kernel(void *, ...)`` with ``nargs`` pointers
+    and ``void f(const void *, void *)`` for each name in ``prepacks``.  cffi's ABI mode
+    (dlopen) calls a kernel in ~0.8 us where ctypes takes ~4 us."""
     import cffi
 
     ffi = cffi.FFI()
-    ffi.cdef(f"int polytc_kernel({', '.join(['void *'] * nargs) or 'void'});")
+    ffi.cdef(f"int polytc_kernel({', '.join(['void *'] * nargs) or 'void'});" +
+             "".join(f"void {f}(const void *, void *);" for f in prepacks))
     return ffi
 
 
@@ -62,7 +64,11 @@ class CompiledKernel(Specialised):
                       if t.name not in local]
         self._scratch: list = []  # free sets of temporaries, reused across calls
         self._copies: list = []  # free sets of aligned input buffers, likewise
-        ffi = _ffi(len(program.inputs) + len(program.outputs) + len(self.temps))
+        #: (input position, elements, function) per operand the kernel reads packed
+        #: once, before it runs (``Options.constants``): ``prepack``
+        self.prepacked = [tuple(p) for p in meta.get("prepacked", ())]
+        ffi = _ffi(len(program.inputs) + len(program.outputs) + len(self.temps) +
+                   len(self.prepacked), tuple(f for _i, _n, f in self.prepacked))
         _pin_openmp()
         self._lib = ffi.dlopen(lib_path)
         self._fn = self._lib.polytc_kernel
@@ -89,7 +95,21 @@ class CompiledKernel(Specialised):
         return explain(self.program, self.env, self.options, source, vectorizer)
 
     # --- running -------------------------------------------------------------------
-    def run(self, inputs, outs: list | None = None):
+    def prepack(self, inputs) -> list:
+        """The packed copies of the constant inputs that the kernel takes after its
+        temporaries (``prepacked``; only those positions of ``inputs`` are read): made
+        once for inputs that never change, then passed to every ``run``."""
+        out = []
+        for i, n, fn in self.prepacked:
+            src = np.ascontiguousarray(inputs[i], dtype=self.program.inputs[i].dtype.np_dtype)
+            dst = aligned_empty((n,), src.dtype, always=True)
+            getattr(self._lib, fn)(self._buf(src), self._buf(dst))
+            out.append(dst)
+        return out
+
+    def run(self, inputs, outs: list | None = None, packed: list | None = None):
+        """The outputs for ``inputs`` (written into ``outs`` when given); ``packed``:
+        ``prepack(inputs)``, made at each call when not given."""
         copies = None
         for i in self.align_inputs:
             if not is_aligned(inputs[i]):
@@ -105,13 +125,15 @@ class CompiledKernel(Specialised):
                 else:
                     np.copyto(buf, inputs[i])
                 inputs[i] = buf
+        if packed is None and self.prepacked:
+            packed = self.prepack(inputs)
         try:
-            return self._run(inputs, outs)
+            return self._run(inputs, outs, packed or ())
         finally:
             if copies is not None:
                 self._copies.append(copies)
 
-    def _run(self, inputs, outs):
+    def _run(self, inputs, outs, packed):
         if outs is None:
             try:
                 outs = [alloc(s, d) for alloc, s, d in self._allocs]
@@ -120,7 +142,8 @@ class CompiledKernel(Specialised):
                                   f"{self.out_shapes} ({e})") from None
         buf = self._buf
         if not self.temps:
-            rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs])
+            rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
+                          *[buf(p) for p in packed])
         else:
             try:  # list.pop/append are atomic: the pool is safe when threads share a kernel
                 scratch = self._scratch.pop()
@@ -128,7 +151,7 @@ class CompiledKernel(Specialised):
                 scratch = self._new_scratch()
             try:
                 rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
-                              *[buf(t) for t in scratch])
+                              *[buf(t) for t in scratch], *[buf(p) for p in packed])
             finally:
                 self._scratch.append(scratch)
         if rc:
@@ -149,7 +172,8 @@ class CompiledKernel(Specialised):
                   for i, a in enumerate(A.as_arrays(self.program, args))]
         outs = [aligned_zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
         ptrs = [self._buf(a) for a in inputs] + [self._buf(o) for o in outs] + \
-            [self._buf(t) for t in self._new_scratch()]
+            [self._buf(t) for t in self._new_scratch()] + \
+            [self._buf(p) for p in self.prepack(inputs)]
         for _ in range(warmup):
             self._fn(*ptrs)
         t = []

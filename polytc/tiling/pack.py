@@ -20,6 +20,13 @@ contiguously).  The code generator writes reads of the operand by the contractio
 ``pt_packN[...]`` (``codegen_c/pack.py``).  The offsets in a tile equal the indices
 modulo the tile sizes: tiles start at multiples of their size, and the indices are
 non-negative.
+
+A *constant* operand (``Options.constants``: a model's weights) is packed once instead,
+before the first call: ``prepack_box`` admits a read that depends on ``j`` and the
+reductions only, over a rectangular range of them; then no copy is grafted and the
+kernel reads the whole operand, already laid out tile after tile (the same panels, tile
+``(j / Tj, k / Tk...)`` at ``tile * Tj * Kt``), from an extra parameter that the
+generated ``polytc_prepackN`` function fills (``codegen_c/pack.py``).
 """
 from __future__ import annotations
 
@@ -44,6 +51,30 @@ def vector_operand(sst, j, i):
     return r
 
 
+
+
+def prepack_box(sst, read, j, red) -> tuple | None:
+    """For a constant operand's ``read`` (see the module docstring): ``(lo, hi)`` of the
+    statement indices ``j`` and ``red`` (positions in ``sst.vars``), in that order, when
+    the read depends on no other index and the domain's projection onto them is a box
+    (the prepacked copy covers it); else None."""
+    keep = [j] + [v for v, _ in red]
+    if not P.index_names(*read.indices) <= {sst.vars[v] for v in keep}:
+        return None
+    proj = sst.domain
+    for d in reversed(range(len(sst.vars))):
+        if d not in keep:
+            proj = proj.project_out(isl.dim_type.set, d, 1)
+    if not proj.is_box():
+        return None
+    at = sorted(keep)  # the projection keeps the statement's order of indices
+    box = []
+    for v in keep:
+        lo, hi = proj.dim_min_val(at.index(v)), proj.dim_max_val(at.index(v))
+        if not (lo.is_int() and hi.is_int()) or lo.to_python() < 0:
+            return None
+        box.append((lo.to_python(), hi.to_python()))
+    return tuple(box)
 
 
 def unit_stride(read, name: str) -> bool:
@@ -94,14 +125,15 @@ def outer_indices(node, sst, members, values=False) -> dict | None:
     return out
 
 
-def pack(node, sst, read, members, cache, jpos, nr, count, outer=None):
+def pack(node, sst, read, members, cache, jpos, nr, count, outer=None, constant=False):
     """Graft the copy of ``read``'s tile at ``node`` (the child of the cache-tile band,
     whose member ``m`` schedules the statement's index ``members[m]`` in tiles of
     ``cache[m]``; ``jpos``: the ``j`` member, whose ``nr`` consecutive values are a
     panel's lanes, the reductions follow it; ``outer``: where the indices that outer
-    loops run are in the prefix, see ``outer_indices``); returns the node at the same
-    position and the ``pack`` Decision (the facts whose name starts with ``_`` tell the
-    code generator the layout)."""
+    loops run are in the prefix, see ``outer_indices``; ``constant``: the operand is the
+    same at every call, so it may be packed once, see ``prepack_box``); returns the node
+    at the same position and the ``pack`` Decision (the facts whose name starts with
+    ``_`` tell the code generator the layout)."""
     ctx = node.get_ctx()
     name = f"pack{count}"
     depth = node.get_schedule_depth()
@@ -113,6 +145,17 @@ def pack(node, sst, read, members, cache, jpos, nr, count, outer=None):
     kt = 1
     for _v, t in red:
         kt *= t
+    box = prepack_box(sst, read, j, red) if constant else None
+    if box is not None:  # packed once, before the first call: no copy in the kernel
+        tiles = [-(-(hi + 1) // t) for (_lo, hi), t in zip(box, [tj] + [t for _v, t in red])]
+        size = tj * kt
+        for n in tiles:
+            size *= n
+        facts = {"tensor": read.tensor, "buffer": f"pt_{name}", "panel": (kt, nr),
+                 "panels": tj // nr, "copy": "once", "_name": name, "_j": j,
+                 "_red": tuple(red), "_tj": tj, "_nr": nr, "_pos": (), "_box": box,
+                 "_tiles": tuple(tiles), "_size": size}
+        return node, Decision("pack", [sst.name], facts)
     # { [t] -> X[j, reductions] } for this node's instances, then offsets in the tile
     xs = ", ".join(f"x{d}" for d in range(len(sst.vars)))
     absm = isl.UnionMap.read_from_str(

@@ -137,11 +137,14 @@ def _balanced(ext: int, step: int, cores: int, most: int = 16) -> int:
 
 
 class Tiler:
-    def __init__(self, scop, options, machine: Machine, pack: bool = False, validity=None):
+    def __init__(self, scop, options, machine: Machine, pack: bool = False, validity=None,
+                 constants=frozenset()):
         self.scop, self.options, self.machine = scop, options, machine
         self.validity = validity  # the dependences: bands split off regain parallel loops
         self.pack = pack  # copy contractions' vector operands into micro-panels
         self.packs = 0
+        #: inputs the same at every call: packed once, before it (``pack.prepack_box``)
+        self.constants = frozenset(constants) & {t.name for t in scop.program.inputs}
         self.by_name = {s.name: s for s in scop.stmts}
         self.report: list = []  # Decisions: what was done, for explain() and tests
 
@@ -314,6 +317,10 @@ class Tiler:
 
         i = row(j)
         operand, batch = packed_operand(j, i)
+        if operand is None:  # a constant operand (weights) through a batch of one: its
+            cand, cand_batch = packed_operand(j, i, values=True)  # packing costs nothing
+            if cand is not None and cand.tensor in self.constants:
+                operand, batch = cand, cand_batch
         if operand is None and not any(unit_stride(r, sst.vars[j_var]) for r in reads):
             # no read is unit-stride along j (a convolution of stride 2): the i for which
             # some operand can be packed, through a batch of one too
@@ -399,7 +406,8 @@ class Tiler:
         point = node.child(0)
         if packed:
             point, decision = pack(point, sst, operand, [vars_[m] for m in order], cache,
-                                   p_red - 1, nr, self.packs, batch)
+                                   p_red - 1, nr, self.packs, batch,
+                                   constant=operand.tensor in self.constants)
             self.packs += 1
             self.report.append(decision)
         regn = T.tile(point, reg)
@@ -477,6 +485,7 @@ def _round_up(x, m):
 
 
 
-def tile_schedule(schedule, scop, options, machine, pack=False, validity=None):
-    t = Tiler(scop, options, machine, pack, validity)
+def tile_schedule(schedule, scop, options, machine, pack=False, validity=None,
+                  constants=()):
+    t = Tiler(scop, options, machine, pack, validity, constants)
     return t.run(schedule), t.report

@@ -1,0 +1,92 @@
+"""Constant operands packed once (``Options.constants``, ``tiling/pack.prepack_box``,
+``codegen_c/pack.Packed.prepack``): the kernel reads the whole packed operand from a
+parameter that ``CompiledKernel.prepack`` fills, instead of packing it at every call."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import islpy as isl
+import numpy as np
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+import polytc
+import polytc.onnx
+from polytc.compiler import pipeline
+from polytc.graph import examples as ex
+from polytc.lang import program as P
+from polytc.options import OptionsError
+from polytc.tiling.pack import prepack_box
+from tests.kernels_small import check
+from tests.test_tiling import BMM, CONV_B, MATMUL, MATMUL_NT, QKT, SMALL
+
+CASES = [
+    (MATMUL, [(70, 33), (33, 150)], dict(M=70, K=33, N=150), "B"),
+    (MATMUL_NT, [(70, 33), (150, 33)], dict(M=70, K=33, N=150), "B"),  # transposed
+    (CONV_B, [(1, 5, 9, 9), (40, 5, 3, 3), (40,)], dict(N=1, C=5, H=9, W=9, F=40, KH=3,
+                                                     KW=3), "Wt"),  # three reductions
+]
+
+
+@pytest.mark.parametrize("src,shapes,env,tensor", CASES)
+@pytest.mark.parametrize("options", [SMALL, polytc.Options()], ids=["small-tiles", "model"])
+def test_constant_operand_packed_once(src, shapes, env, tensor, options):
+    """No copy in the kernel (no isl extension, no per-thread buffer), a prepack
+    function instead; partial tiles padded; results match the reference interpreter,
+    with the packed copy made at each call or once and passed in."""
+    options = options.replace(constants=(tensor,), parallel_min_points=1)
+    ck = check(src, shapes, options)
+    b = pipeline.run(polytc.tc(src, options=options).program, env, options)
+    (d,) = [d for d in b.tiling if d.kind == "pack"]
+    assert d.facts["tensor"] == tensor and d.facts["copy"] == "once"
+    assert "extension" not in b.stages["schedule"] and "static __thread" not in ck.code
+    assert "void polytc_prepack0(" in ck.code and len(ck.prepacked) == 1
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    packed = ck.prepack(args)
+    assert packed[0].size == ck.prepacked[0][1] and packed[0].ctypes.data % 64 == 0
+    np.testing.assert_array_equal(ck.run(args, packed=packed), ck.run(args))
+
+
+@pytest.mark.parametrize("src,shapes,tensor", [
+    (QKT, [(3, 21, 19), (3, 130, 19)], "K"), (BMM, [(3, 13, 9), (3, 9, 70)], "Y")])
+def test_operand_varying_over_a_batch_is_packed_per_call(src, shapes, tensor):
+    """A packed operand that depends on a batch index is copied tile by tile as before."""
+    ck = check(src, shapes, polytc.Options(constants=(tensor,)))
+    assert ck.prepacked == [] and "static __thread" in ck.code
+
+
+def test_prepack_needs_a_rectangular_range():
+    """A triangular range of the packed indices is packed per call: the whole-operand
+    copy would read elements the kernel never does."""
+    sst = SimpleNamespace(vars=["i", "j", "k"], domain=isl.Set(
+        "{ S[i, j, k] : 0 <= i < 4 and 0 <= j < 8 and 0 <= k <= j }"))
+    read = SimpleNamespace(indices=(P.Index("k"), P.Index("j")))
+    assert prepack_box(sst, read, 1, [(2, 4)]) is None
+    sst.domain = isl.Set("{ S[i, j, k] : 0 <= i < 4 and 0 <= j < 8 and 0 <= k < 5 }")
+    assert prepack_box(sst, read, 1, [(2, 4)]) == ((0, 7), (0, 4))
+    read.indices = (P.Index("k"), P.Index("i"))  # depends on another index
+    assert prepack_box(sst, read, 1, [(2, 4)]) is None
+
+
+def test_constants_option_takes_names():
+    with pytest.raises(OptionsError, match="sequence of input names"):
+        polytc.Options(constants="B")
+    assert polytc.Options(constants=["W", "B", "W"]).constants == ("B", "W")
+
+
+@pytest.mark.parametrize("model", [
+    lambda: ex.mlp_gemm(5, (40, 48, 7)),  # Gemm transB=1: a transposing prepack
+    lambda: ex.bert_encoder(1, 8, 50, 32, 2, 64, 2),  # identical layers, other weights
+])
+@pytest.mark.parametrize("native", [True, False])
+def test_model_weights_packed_when_the_plan_is_made(model, native):
+    m = model()
+    feeds = ex.example_inputs(m, seed=2)
+    sess = polytc.onnx.compile(m, native=native)
+    got = sess.run(None, feeds)
+    (plan,) = sess._plans.values()
+    assert plan.prepacked  # group -> its weights' packed copies
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
