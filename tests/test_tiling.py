@@ -306,6 +306,19 @@ def test_narrow_j_takes_whole_vectors_and_more_rows():
     assert choose_sizes(64, 8, 576, 4, two).register == (6, 8)  # under one vector
 
 
+def test_j_tiles_waste_few_lanes():
+    """j = 112 in panels of 4 vectors pads 16 of 128 lanes: one-vector panels pad none
+    (8 rows); a few padded lanes (1000 in 1024) keep the default register tile."""
+    from polytc.tiling.machine import Machine
+    from polytc.tiling.strategy import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(64, 112, 147, 4, two, packed=True).register == (8, 16)
+    assert choose_sizes(64, 96, 147, 4, two, packed=True).register == (8, 48)
+    assert choose_sizes(64, 1000, 512, 4, two, packed=True).register == (6, 64)
+    assert choose_sizes(64, 512, 512, 4, two, packed=True).register == (6, 64)
+
+
 CONV_B = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(F) b) -> (O) {
     O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
     O(n, f, h, w) = O(n, f, h, w) + b(f)
