@@ -173,6 +173,25 @@ def test_every_unsupported_op_in_one_error(monkeypatch):
 
 
 # --- bad calls to Session.run ------------------------------------------------------------
+def test_checks_still_apply_after_a_good_run(session):
+    """A run like an earlier good one skips the checks (``Session._seen``); any other
+    run is checked: an extra name, a missing one, another dtype or shape, a view."""
+    session.run(None, {"x": X, "b": X})
+    session.run(None, {"x": X, "b": X})  # the fast path
+    with raises(ModelError, "'bias' is not an input of the model"):
+        session.run(None, {"x": X, "b": X, "bias": X})
+    with raises(ModelError, "missing input"):
+        session.run(None, {"x": X})
+    with raises(ModelError, "dtype float64"):
+        session.run(None, {"x": X, "b": X.astype(np.float64)})
+    with raises(ModelError, "dimension 1 must be 4"):
+        session.run(None, {"x": X, "b": np.ones((2, 5), np.float32)})
+    wide = np.arange(16, dtype=np.float32).reshape(2, 8)
+    (want,) = session.run(None, {"x": X, "b": np.ascontiguousarray(wide[:, ::2])})
+    (got,) = session.run(None, {"x": X, "b": wide[:, ::2]})  # strided: checked, copied
+    np.testing.assert_array_equal(got, want)
+
+
 def test_missing_input(session):
     with raises(ModelError, "missing input\\(s\\) 'b'", r"inputs: x: tensor\(float\) \[2, 4\], "
                 r"b: tensor\(float\) \[2, 4\]"):
