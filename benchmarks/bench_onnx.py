@@ -65,6 +65,10 @@ def models(quick: bool) -> dict:
             "small_cnn": (lambda: ex.small_cnn(2, 32), "batch 2, 32x32"),
             "lstm_model": (lambda: ex.lstm_model(8, 2, 16, 32), "seq 8, batch 2, 16 -> 32"),
             "gru_model": (lambda: ex.gru_model(8, 2, 16, 32), "seq 8, batch 2, 16 -> 32"),
+            "squeezenet": (lambda: ex.squeezenet(1, 64, classes=100, width=0.25),
+                           "batch 1, 64x64, width 0.25, 100 classes"),
+            "shufflenet": (lambda: ex.shufflenet_v2(1, 64, classes=100, width=0.25),
+                           "batch 1, 64x64, width 0.25, 100 classes"),
         }
     return {
         "mlp": (lambda: ex.mlp(64), "batch 64, 784-512-512-10"),
@@ -77,6 +81,10 @@ def models(quick: bool) -> dict:
         "small_cnn": (lambda: ex.small_cnn(8, 32), "batch 8, 32x32"),
         "lstm_model": (lambda: ex.lstm_model(32, 16, 128, 256), "seq 32, batch 16, 128 -> 256"),
         "gru_model": (lambda: ex.gru_model(32, 16, 128, 256), "seq 32, batch 16, 128 -> 256"),
+        "squeezenet": (lambda: ex.squeezenet(1, 224), "batch 1, 224x224, SqueezeNet 1.1, "
+                       "width 1.0, 1000 classes"),
+        "shufflenet": (lambda: ex.shufflenet_v2(1, 224), "batch 1, 224x224, ShuffleNetV2 "
+                       "x1.0, 1000 classes"),
     }
 
 

@@ -187,6 +187,112 @@ def resnet18(batch=1, image=224, width=64, classes=1000, seed=0) -> onnx.ModelPr
                    [("logits", F32, [batch, classes])])
 
 
+# --- model zoo: SqueezeNet 1.1 and ShuffleNetV2 as torchvision exports them -------------
+
+def _channels(c: int, width: float, multiple: int) -> int:
+    """``c`` scaled by ``width``, rounded to a multiple of ``multiple``, at least 8."""
+    return max(8, int(round(c * width / multiple)) * multiple)
+
+
+def _conv_relu(g: _Graph, x: str, cin: int, cout: int, k: int, stride=1, pad=0) -> str:
+    """Conv with bias + Relu (SqueezeNet has biases and no BatchNormalization)."""
+    w = g.weight("conv_w", (cout, cin, k, k), cin * k * k, SQRT2)
+    y = g.op("Conv", [x, w, g.const("conv_b", g.rng.normal(0, 0.1, cout))],
+             kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+    return g.op("Relu", [y])
+
+
+def _fire(g: _Graph, x: str, cin: int, squeeze: int, expand: int) -> str:
+    """SqueezeNet's Fire module: squeeze 1x1 Conv + Relu, then expand 1x1 and expand 3x3
+    (pad 1) Conv + Relu each, Concat on the channels -> 2 * ``expand`` channels."""
+    s = _conv_relu(g, x, cin, squeeze, 1)
+    return g.op("Concat", [_conv_relu(g, s, squeeze, expand, 1),
+                           _conv_relu(g, s, squeeze, expand, 3, pad=1)], axis=1)
+
+
+def squeezenet(batch=1, image=224, classes=1000, width=1.0, seed=0) -> onnx.ModelProto:
+    """torchvision's SqueezeNet 1.1: ``input`` [batch, 3, image, image] -> Conv 3x3/2 (64)
+    + Relu, MaxPool 3/2 (ceil_mode), Fire x2, MaxPool, Fire x2, MaxPool, Fire x4 (squeeze
+    16, 16, 32, 32, 48, 48, 64, 64; expand 4x the squeeze, twice), classifier Conv 1x1 +
+    Relu (the Dropout before it is an identity at inference and left out),
+    GlobalAveragePool, Flatten -> ``logits`` [batch, classes].  Every Conv has a bias;
+    ``width`` scales every channel count but the classes' (multiples of 8, at least 8)."""
+    g = _Graph(seed)
+
+    def ch(c):
+        return _channels(c, width, 8)
+
+    def pool(x):
+        return g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+
+    cin = ch(64)
+    h = pool(_conv_relu(g, "input", 3, cin, 3, stride=2))
+    for i, squeeze in enumerate((16, 16, 32, 32, 48, 48, 64, 64)):
+        if i in (2, 4):
+            h = pool(h)
+        h = _fire(g, h, cin, ch(squeeze), ch(4 * squeeze))
+        cin = 2 * ch(4 * squeeze)
+    h = _conv_relu(g, h, cin, classes, 1)
+    g.op("Flatten", [g.op("GlobalAveragePool", [h])], out="logits", axis=1)
+    return g.model("squeezenet", [("input", F32, [batch, 3, image, image])],
+                   [("logits", F32, [batch, classes])])
+
+
+def _shuffle_unit(g: _Graph, x: str, cin: int, cout: int, stride: int, side: int) -> str:
+    """ShuffleNetV2's InvertedResidual on x [N, cin, side, side] -> [N, cout, ...]: stride
+    2, branch1 (depthwise 3x3/2 + BN, 1x1 + BN + Relu) and branch2 (1x1 + BN + Relu,
+    depthwise 3x3/2 + BN, 1x1 + BN + Relu) of the whole input; stride 1, the input Split
+    in halves, branch2 of the second.  Concat, then the channel shuffle (2 groups):
+    Reshape [N, 2, C/2, H, W], Transpose (0, 2, 1, 3, 4), Reshape [N, C, H, W]."""
+    half = cout // 2
+    if stride > 1:
+        b1 = _conv_bn(g, x, cin, cin, 3, stride, group=cin, relu=False)
+        b1 = _conv_bn(g, b1, cin, half, 1)
+        b2_in, n_in = x, cin
+    else:
+        b1, b2_in = g.op("Split", [x, g.const("split", [half, half], np.int64)], n_out=2,
+                         axis=1)
+        n_in = half
+    b2 = _conv_bn(g, b2_in, n_in, half, 1)
+    b2 = _conv_bn(g, b2, half, half, 3, stride, group=half, relu=False)
+    b2 = _conv_bn(g, b2, half, half, 1)
+    h = g.op("Concat", [b1, b2], axis=1)
+    side = -(-side // stride)
+    h = g.op("Reshape", [h, g.const("shape", [0, 2, half, side, side], np.int64)])
+    h = g.op("Transpose", [h], perm=[0, 2, 1, 3, 4])
+    return g.op("Reshape", [h, g.const("shape", [0, cout, side, side], np.int64)])
+
+
+def shufflenet_v2(batch=1, image=224, classes=1000, width=1.0, seed=0) -> onnx.ModelProto:
+    """torchvision's ShuffleNetV2 x1.0: ``input`` [batch, 3, image, image] -> Conv 3x3/2
+    (24) + BN + Relu, MaxPool 3/2 pad 1, stages of 4, 8 and 4 units (116, 232, 464
+    channels; the first unit of each stride 2), Conv 1x1 (1024) + BN + Relu,
+    GlobalAveragePool (torchvision's mean over H and W), Flatten, Gemm -> ``logits``
+    [batch, classes].  ``width`` scales every channel count but the classes' (multiples
+    of 4, at least 8)."""
+    g = _Graph(seed)
+
+    def ch(c):
+        return _channels(c, width, 4)
+
+    cin = ch(24)
+    h = _conv_bn(g, "input", 3, cin, 3, stride=2)
+    h = g.op("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    side = -(-image // 4)  # two stride-2 windows with pad 1: ceil(ceil(image / 2) / 2)
+    for repeats, cout in zip((4, 8, 4), (116, 232, 464)):
+        cout = ch(cout)
+        for unit in range(repeats):
+            stride = 1 if unit else 2
+            h = _shuffle_unit(g, h, cin, cout, stride, side)
+            side, cin = -(-side // stride), cout
+    h = _conv_bn(g, h, cin, ch(1024), 1)
+    h = g.op("Flatten", [g.op("GlobalAveragePool", [h])], axis=1)
+    g.op("Gemm", [h, g.weight("fc_w", (classes, ch(1024)), ch(1024)),
+                  g.const("fc_b", np.zeros(classes))], out="logits", transB=1)
+    return g.model("shufflenet_v2", [("input", F32, [batch, 3, image, image])],
+                   [("logits", F32, [batch, classes])])
+
+
 # --- transformers ----------------------------------------------------------------------
 
 def _linear(g: _Graph, x: str, n_in: int, n_out: int, gain: float = 1.0) -> str:
@@ -307,7 +413,8 @@ def gru_model(seq=8, batch=2, input=16, hidden=32, linear_before_reset=1,
 
 
 MODELS = {"mlp": mlp, "mlp_gemm": mlp_gemm, "small_cnn": small_cnn,
-          "resnet_block": resnet_block, "resnet18": resnet18,
+          "resnet_block": resnet_block, "resnet18": resnet18, "squeezenet": squeezenet,
+          "shufflenet_v2": shufflenet_v2,
           "transformer_layer": transformer_layer, "bert_encoder": bert_encoder,
           "lstm_model": lstm_model, "gru_model": gru_model}
 
