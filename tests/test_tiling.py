@@ -7,6 +7,7 @@ import pytest
 
 import polytc
 from polytc.compiler import pipeline
+from polytc.lang import reference
 from polytc.tiling.decisions import Decision
 from tests.kernels_small import SOFTMAX, check
 
@@ -421,3 +422,34 @@ def test_isl_shifts_only_programs_without_a_contraction(src, shifts):
     env = {"N": 30, "K": 20, "M": 40} if "K" in src else {"N": 30}
     b = pipeline.run(k.program, env, k.options)
     assert b.scop.ctx.get_schedule_max_constant_term() == shifts
+
+
+MAXPOOL = """def pool(float(N,C,H,W) I) -> (O) {
+    O(n, c, h, w) max=! I(n, c, 2 * h + kh, 2 * w + kw)
+        where h in 0:(H - 3) / 2 + 1, w in 0:(W - 3) / 2 + 1, kh in 0:3, kw in 0:3
+}"""
+AVGPOOL = """def pool(float(N,C,H,W) I) -> (O) {
+    O(n, c, h, w) +=! I(n, c, h + kh, w + kw) / 9.0
+        where h in 0:H - 2, w in 0:W - 2, kh in 0:3, kw in 0:3
+}"""
+
+
+@pytest.mark.parametrize("src,shapes", [
+    (MAXPOOL, [(2, 3, 41, 39)]), (AVGPOOL, [(1, 4, 20, 35)])])
+def test_window_reductions_vectorise_over_rows(src, shapes):
+    """A small window's loops run outside the result's last index (isl's band sink):
+    rows of results are vectors, updated once per window offset."""
+    ck = check(src, shapes, polytc.Options(parallel_min_points=1))
+    assert "sink " in ck.stages["tiling"] and "window 9" in ck.stages["tiling"]
+
+
+def test_window_max_propagates_nan_along_rows():
+    """A NaN anywhere in a window makes its maximum NaN, whichever offset reads it."""
+    k = polytc.tc(MAXPOOL)
+    x = np.random.default_rng(0).standard_normal((1, 2, 21, 21)).astype(np.float32)
+    x[0, 0, 4, 6] = np.nan  # in the windows of (1, 2), (1, 3), (2, 2), (2, 3)
+    got = k(x)
+    want = reference.run(k.program, [x])["O"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[0, 0, 1:3, 2:4]).all()
+    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want))

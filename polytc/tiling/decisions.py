@@ -8,7 +8,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 #: what a decision can be: the tiler's, then the mapper's
-KINDS = ("split", "contraction", "pack", "contract", "fold", "simd", "promote", "threads",
+KINDS = ("split", "contraction", "pack", "contract", "fold", "simd", "promote", "sink",
+         "threads",
          "one block", "groups")
 _SIZES = ("cache", "register", "panel", "tile", "block", "reduction_tile")  # printed as 32x32
 
