@@ -366,6 +366,10 @@ def test_strided_sizes():
     assert _strided_sizes(default, 14, 256, 256, 16, 2) == Sizes((14, 128, 128), (7, 32))
     assert _strided_sizes(default, 28, 128, 96, 16, 2) == Sizes((28, 64, 96), (4, 64))
     assert _strided_sizes(default, 28, 128, 97, 16, 2).cache[2] == 97  # Tk divides K
+    # 13 rows (SqueezeNet's last convolutions): one row tile of 13 x 1 vector, not a
+    # partial row tile (7 x 3) nor a latency-bound 1 x 3
+    assert _strided_sizes(default, 13, 1000, 512, 16, 2).register == (13, 16)
+    assert _strided_sizes(default, 27, 64, 512, 16, 2).register == (9, 16)
 
 
 @pytest.mark.parametrize("rhs", ["alpha * A(i, k) * B(k, j)", "A(i, k) * B(k, j) * alpha * 2.0",

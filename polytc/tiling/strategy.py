@@ -98,7 +98,7 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
     ``Tiler.contraction``): ``i`` is short (an image row of 7, 14 or 28), so it is one
     cache tile, the cores share the ``j`` tiles instead (each packs its own part of the
     operand), and ``MR`` and ``NR`` are chosen together, within the accumulator budget
-    of the default register tile, for the fewest padded rows and lanes.  ``Tk`` divides
+    of the default register tile (see the key below).  ``Tk`` divides
     the reduction evenly when a divisor lies within a factor 2 of the default (no
     partial reduction tile: half the code, gcc 1.1 -> 0.6 s for a 512-channel 3x3
     convolution)."""
@@ -106,17 +106,26 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
     most = max(1, nr0 // lanes)
     budget = mr0 * most
     share = -(-ext_j // cores)
+    # the most accumulators any candidate has: below half the budget a register tile
+    # is latency-bound (512 -> 1000 channels of 13 x 13 with 1 x 48 ran at 90 GFLOP/s)
+    def rows(nvec):  # one vector: up to 14 rows (13 rows of 13 x 13 in one tile)
+        return min(14 if nvec == 1 else 8, ext_i, budget // nvec)
+
+    most_acc = max(rows(v) * v for v in range(1, most + 1))
     best = None
     for nvec in range(most, 0, -1):
         nr = nvec * lanes
         # a full j tile per core (isl isolates a partial last tile in a loop of its own:
-        # the parallel loop runs over the full ones), tiles of equal sizes, then the
-        # least padded work, then the most accumulators (7 x 2 vectors for 7 rows and
-        # 512 channels on 2 cores)
+        # the parallel loop runs over the full ones), no partial row tile (it leaves the
+        # micro-kernel: 7 x 48 over 13 rows ran 4x slower than 1 x 48), half the budget
+        # of accumulators, tiles of equal sizes, then the least padded work, then the
+        # most accumulators (7 x 2 vectors for 7 rows and 512 channels on 2 cores)
         for tj in sorted({_round_up(share, nr), nr}, reverse=True):
-            for mr in range(min(8, ext_i, budget // nvec), 0, -1):
+            for mr in range(rows(nvec), 0, -1):
                 work = -(-ext_i // mr) * mr * -(-ext_j // tj) * tj
-                key = (ext_j // tj < cores, ext_j % tj != 0, work, -mr * nvec)
+                key = (ext_j // tj < cores, ext_i % mr != 0,
+                       mr * nvec < min(budget // 2, most_acc), ext_j % tj != 0, work,
+                       -mr * nvec)
                 if best is None or key < best[0]:
                     best = (key, mr, nr, tj)
     _, mr, nr, tj = best
