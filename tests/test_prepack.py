@@ -65,8 +65,10 @@ def test_prepack_needs_a_rectangular_range():
     assert prepack_box(sst, read, 1, [(2, 4)]) is None
     sst.domain = isl.Set("{ S[i, j, k] : 0 <= i < 4 and 0 <= j < 8 and 0 <= k < 5 }")
     assert prepack_box(sst, read, 1, [(2, 4)]) == ((0, 7), (0, 4))
-    read.indices = (P.Index("k"), P.Index("i"))  # depends on another index
+    read.indices = (P.Index("k"), P.Index("i"))  # depends on another index (of 4 values)
     assert prepack_box(sst, read, 1, [(2, 4)]) is None
+    sst.domain = isl.Set("{ S[i, j, k] : i = 2 and 0 <= j < 8 and 0 <= k < 5 }")
+    assert prepack_box(sst, read, 1, [(2, 4)]) == ((0, 7), (0, 4))  # i takes one value
 
 
 def test_constants_option_takes_names():
@@ -78,6 +80,8 @@ def test_constants_option_takes_names():
 @pytest.mark.parametrize("model", [
     lambda: ex.mlp_gemm(5, (40, 48, 7)),  # Gemm transB=1: a transposing prepack
     lambda: ex.bert_encoder(1, 8, 50, 32, 2, 64, 2),  # identical layers, other weights
+    lambda: ex.lstm_model(5, 4, 8, 32),  # every step's product reads one packed R
+    lambda: ex.gru_model(5, 4, 8, 32),
 ])
 @pytest.mark.parametrize("native", [True, False])
 def test_model_weights_packed_when_the_plan_is_made(model, native):
@@ -87,6 +91,8 @@ def test_model_weights_packed_when_the_plan_is_made(model, native):
     got = sess.run(None, feeds)
     (plan,) = sess._plans.values()
     assert plan.prepacked  # group -> its weights' packed copies
+    for name, ck in plan.kernels.items():  # one copy per weight, however many steps
+        assert len(ck.prepacked) == len({i for i, _n, _f in ck.prepacked}), name
     want = ReferenceEvaluator(m).run(None, feeds)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import config
 from ..codegen_c.compiler import build_shared_object
 from ..codegen_c.emit import CEmitter
+from ..codegen_c.pack import packs_of
 from ..compiler.passes import statement_points
 from ..lang import program as P
 from ..tiling.contract import text as contract_text
@@ -62,8 +63,8 @@ def prepacked(b) -> list:
     """``[input position, elements, function]`` per operand packed once, in the order
     of the kernel's parameters (``codegen_c/pack.py``)."""
     names = [t.name for t in b.program.inputs]
-    return [[names.index(d.facts["tensor"]), d.facts["_size"], f"polytc_pre{d.facts['_name']}"]
-            for d in b.tiling if d.kind == "pack" and "_box" in d.facts]
+    return [[names.index(p.tensor), p.size, p.function]
+            for p in packs_of(b.tiling, b.scop).values() if p.box is not None and not p.alias]
 
 
 def align_inputs(b) -> list:

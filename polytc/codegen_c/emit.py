@@ -261,7 +261,7 @@ class CEmitter:
         self.params = [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
             [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries
              if t.name not in self.locals] + \
-            [p.parameter for p in self.packs.values() if p.box is not None]
+            [p.parameter for p in self.packs.values() if p.box is not None and not p.alias]
         self.vectorize = vectorize
         self.by_name = {s.name: s for s in scop.stmts}
         self.sites: list = []  # (Span, what) for every run-time check, 1-based
@@ -425,5 +425,5 @@ class CEmitter:
             "\n\n".join(str(h) for h in self.helpers)
         code = helpers + "\n\n" + str(fn) + "\n" + "".join(
             "\n" + p.prepack(self.scop.shapes, self.scop.env)
-            for p in self.packs.values() if p.box is not None)
+            for p in self.packs.values() if p.box is not None and not p.alias)
         return PRELUDE + div_helpers(code) + "\n" + code

@@ -41,6 +41,8 @@ class Packed:
         self.box = f.get("_box")
         self.tiles = f.get("_tiles", ())
         self.size = f.get("_size", 0)
+        #: prepacked into another one's buffer, laid out alike (``packs_of``)
+        self.alias = False
 
     @property
     def function(self) -> str:
@@ -105,7 +107,10 @@ class Packed:
         names = [self.sst.vars[self.jvar]] + [self.sst.vars[v] for v, _ in self.red]
         tv = [f"pt_t{d}" for d in range(len(sizes))]
         ks = [f"pt_k{d}" for d in range(len(self.red))]
-        vars = {names[0]: f"({tv[0]} * {self.tj}L + {self.nr}L * pt_p + pt_l)"}
+        dom = self.sst.domain  # indices of one value (``prepack_box``) at that value
+        vars = {n: f"{dom.dim_min_val(v).to_python()}L" for v, n in enumerate(self.sst.vars)
+                if n not in names}
+        vars[names[0]] = f"({tv[0]} * {self.tj}L + {self.nr}L * pt_p + pt_l)"
         for d, (n, k) in enumerate(zip(names[1:], ks)):
             vars[n] = f"({tv[d + 1]} * {sizes[d + 1]}L + {k})"
         inside = " && ".join(f"{vars[n]} >= {lo}L && {vars[n]} <= {hi}L"
@@ -155,12 +160,22 @@ class PackPrinter(ExprPrinter):
 
 
 def packs_of(decisions, scop) -> dict:
-    """``pack`` decisions as ``Packed`` by copy-statement name."""
+    """``pack`` decisions as ``Packed`` by copy-statement name.  Prepacked operands laid
+    out alike (the same read of the same tensor in tiles of the same sizes: the
+    recurrent product of every step of an LSTM) share the first one's buffer; only that
+    one is a parameter (``alias`` is False) with a prepack function."""
     by_name = {s.name: s for s in scop.stmts}
-    out = {}
+    out: dict = {}
+    first: dict = {}  # layout -> the first prepacked Packed with it
     for d in decisions:
         if d.kind == "pack":
             sst = by_name[d.subject]
             ctype = scop.program.tensor(d.facts["tensor"]).dtype.c_name
-            out[d.facts["_name"]] = Packed(d, sst, ctype)
+            p = out[d.facts["_name"]] = Packed(d, sst, ctype)
+            if p.box is not None:
+                key = (p.tensor, str(p.read.indices), p.tj, p.nr,
+                       tuple(t for _v, t in p.red), p.box, p.tiles)
+                same = first.setdefault(key, p)
+                p.alias = same is not p
+                p.buffer = same.buffer
     return out

