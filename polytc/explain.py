@@ -319,13 +319,17 @@ class _Explainer:
             elif kind == "pack":
                 d = entry.facts
                 kt, nr = d["panel"]
-                self.say("tiling", f"{self.label(entry.subject)} reads {d['tensor']} through a "
-                         f"packed copy ({d['buffer']}, one per thread): each cache tile of "
-                         f"{d['tensor']} is copied ({d['copy']}) into {d['panels']} micro-panels "
-                         f"of {kt}x{nr} elements laid out as the micro-kernel reads them, so its "
-                         f"{nr} lanes load as contiguous vectors and a panel stays in L1 while "
-                         "the register tiles of the other dimension pass over it (BLIS's "
-                         "packing; a transposed operand becomes unit-stride).", str(entry))
+                how = (f"a copy packed once, before the first call ({d['buffer']}, a parameter "
+                       f"filled by polytc_pre{d['_name']}: {d['tensor']} is in Options.constants"
+                       "): its cache tiles lie one after the other, each" if d["copy"] == "once"
+                       else f"a packed copy ({d['buffer']}, one per thread): each cache tile "
+                       f"of {d['tensor']} is copied ({d['copy']}) into")
+                self.say("tiling", f"{self.label(entry.subject)} reads {d['tensor']} through "
+                         f"{how} {d['panels']} micro-panels of {kt}x{nr} elements laid out as "
+                         f"the micro-kernel reads them, so its {nr} lanes load as contiguous "
+                         "vectors and a panel stays in L1 while the register tiles of the "
+                         "other dimension pass over it (BLIS's packing; a transposed operand "
+                         "becomes unit-stride).", str(entry))
             elif kind == "fold":
                 d = entry.facts
                 parts = []
@@ -350,6 +354,12 @@ class _Explainer:
                 self.say("vectorize", f"The innermost loop of {', '.join(entry.subjects)} is "
                          "parallel and unit-stride for the writes: marked omp simd.",
                          str(entry))
+            elif kind == "sink":
+                d = entry.facts
+                self.say("vectorize", f"{', '.join(entry.subjects)}: a window of {d['window']} "
+                         f"points per result; the loop over {d['member']} (the result's last "
+                         "index) runs inside the window loops, so each window offset updates "
+                         "a whole row of results as one vector operation.", str(entry))
             elif kind == "promote":
                 self.say("vectorize", f"{self.label(entry.subject)}: its innermost loop is a "
                          "reduction into one element, accumulated in a register (a "

@@ -46,6 +46,8 @@ def test_constant_operand_packed_once(src, shapes, env, tensor, options):
     packed = ck.prepack(args)
     assert packed[0].size == ck.prepacked[0][1] and packed[0].ctypes.data % 64 == 0
     np.testing.assert_array_equal(ck.run(args, packed=packed), ck.run(args))
+    text = str(polytc.tc(src, options=options).explain(*args, vectorizer=False))
+    assert "a copy packed once, before the first call" in text and tensor in text
 
 
 @pytest.mark.parametrize("src,shapes,tensor", [

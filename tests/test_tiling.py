@@ -445,6 +445,8 @@ def test_window_reductions_vectorise_over_rows(src, shapes):
     rows of results are vectors, updated once per window offset."""
     ck = check(src, shapes, polytc.Options(parallel_min_points=1))
     assert "sink " in ck.stages["tiling"] and "window 9" in ck.stages["tiling"]
+    text = str(polytc.tc(src).explain(*[np.ones(s, np.float32) for s in shapes]))
+    assert "updates a whole row of results as one vector operation" in text
 
 
 def test_window_max_propagates_nan_along_rows():
