@@ -108,6 +108,52 @@ def test_batchnorm_folds_into_conv():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def _pointwise_model(batch, stride=1, pads=0, group=1, cin=6, cout=10, side=7):
+    rng = np.random.default_rng(5)
+    out = (side + 2 * pads - 1) // stride + 1
+    return model([node("Conv", ["x", "w", "b"], ["c"], strides=[stride, stride],
+                       pads=[pads] * 4, group=group),
+                  node("Relu", ["c"], ["r"]), node("Sigmoid", ["r"], ["y"])],
+                 [("x", TP.FLOAT, [batch, cin, side, side])],
+                 [("y", TP.FLOAT, [batch, cout, out, out])],
+                 [("w", rng.standard_normal((cout, cin // group, 1, 1)).astype(F)),
+                  ("b", rng.standard_normal(cout).astype(F))])
+
+
+def test_pointwise_conv_becomes_a_matrix_product():
+    """A 1x1 Conv of stride 1 without padding: Reshape, MatMul over the flattened image,
+    the bias Add, the unary ops after it (Relu, Sigmoid) on the flat result, Reshape
+    back; with a symbolic batch too.  Strided, padded or grouped ones stay Convs."""
+    from onnx.reference import ReferenceEvaluator
+
+    m = _pointwise_model("N")
+    g, _ = passes.run(import_model(m))
+    assert [n.op for n in g.nodes] == ["Reshape", "MatMul", "Add", "Relu", "Sigmoid",
+                                       "Reshape"]
+    sess = polytc.onnx.compile(m)
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 6, 7, 7)).astype(F)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0],
+                                   ReferenceEvaluator(m).run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-5)
+    for kw in (dict(stride=2), dict(pads=1), dict(group=2)):
+        g, _ = passes.run(import_model(_pointwise_model(2, **kw)))
+        assert [n.op for n in g.nodes][0] == "Conv", kw
+
+
+def test_batch_of_one_epilogue_folds_into_its_matmul():
+    """An elementwise op on a [1, S, D] product reads it at its own batch index (not a
+    literal 0), so the bias Add folds into the product's register tiles."""
+    rng = np.random.default_rng(6)
+    m = model([node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])],
+              [("x", TP.FLOAT, [1, 40, 48])], [("y", TP.FLOAT, [1, 40, 64])],
+              [("w", rng.standard_normal((48, 64)).astype(F)),
+               ("b", rng.standard_normal(64).astype(F))])
+    plan = steps_of(polytc.onnx.compile(m))
+    (ck,) = plan.kernels.values()
+    assert "epilogue S1" in ck.stages["fold"]
+
+
 def test_compile_leaves_the_callers_model_alone():
     m = mlp_layer()
     before = m.SerializeToString()

@@ -92,11 +92,17 @@ class Ref:
         assert len(idx) == self.rank, (self.name, self.shape, idx)
         return f"{self.name}({', '.join(map(str, idx))})" if idx else self.name
 
-    def bcast(self, idx) -> str:
+    def bcast(self, idx, shape=None) -> str:
         """A read under numpy broadcasting for output indices ``idx`` (right-aligned;
-        dimensions of extent 1 read index 0)."""
-        idx = list(idx)[len(idx) - self.rank:] if self.rank else []
-        return self(*[0 if d == 1 else i for i, d in zip(idx, self.shape)])
+        dimensions of extent 1 read index 0, or the output's own index where the output
+        ``shape`` has extent 1 there too: the read is then the element the statement
+        writes, which lets a contraction fold the statement as its epilogue)."""
+        keep = [False] * len(idx) if shape is None else [d == 1 for d in shape]
+        if self.rank:
+            idx, keep = list(idx)[len(idx) - self.rank:], keep[len(keep) - self.rank:]
+        else:
+            idx = []
+        return self(*[i if d != 1 or k else 0 for i, d, k in zip(idx, self.shape, keep)])
 
     def __repr__(self):
         return f"Ref({self.name}, {self.shape}, {self.dtype.name})"
@@ -231,7 +237,7 @@ class Ctx:
             self.node, *[r.shape for r in ins if r is not None])
         y = self.out(k, shape, dtype or ins[0].dtype)
         i = idx(len(shape))
-        self.emit(y, i, fn(*[r.bcast(i) if r is not None else None for r in ins]))
+        self.emit(y, i, fn(*[r.bcast(i, shape) if r is not None else None for r in ins]))
         return y
 
 
