@@ -449,6 +449,20 @@ def test_window_reductions_vectorise_over_rows(src, shapes):
     assert "updates a whole row of results as one vector operation" in text
 
 
+GUARDED_POOL = """def pool(float(N,C,H,W) I) -> (O) {
+    O(n, c, h, w) max=! (2 * h + kh - 1 >= 0 && 2 * w + kw - 1 >= 0) ?
+        I(n, c, 2 * h + kh - 1, 2 * w + kw - 1) : -1.0 / 0.0
+        where h in 0:H / 2, w in 0:W / 2, kh in 0:3, kw in 0:3
+}"""
+
+
+def test_guarded_window_is_not_sunk():
+    """A window read under a guard (a select per element) would not vectorise well as
+    rows: no sink (the ONNX pools read a padded copy instead)."""
+    ck = check(GUARDED_POOL, [(2, 3, 34, 36)], polytc.Options(parallel_min_points=1))
+    assert "sink " not in ck.stages["tiling"]
+
+
 def test_window_max_propagates_nan_along_rows():
     """A NaN anywhere in a window makes its maximum NaN, whichever offset reads it."""
     k = polytc.tc(MAXPOOL)

@@ -496,9 +496,8 @@ class Tiler:
             return None
         bodies = [s for s in ssts if s.kind == "body"]
         if len(bodies) != 1 or bodies[0].stmt.op is None or \
-                any(s.index != bodies[0].index for s in ssts) or \
-                any(isinstance(e, P.Select) for e in P.walk(bodies[0].stmt.rhs)):
-            return None  # a guarded read (a select) would not vectorise well
+                any(s.index != bodies[0].index for s in ssts):
+            return None
         body = bodies[0]
         if any(mv[s.name][-1] is None or mv[s.name][-1] != self.target_var(s) for s in ssts):
             return None
@@ -514,11 +513,13 @@ class Tiler:
     def window_rows(self, body, last) -> int | None:
         """The number of window points of a reduction ``body`` if at most 64 and its
         index ``last`` is its result's last index, over at least a vector, and every
-        read's last subscript (see ``sink_rows``); else None."""
+        read's last subscript, and no read is guarded (see ``sink_rows``); else None."""
         if last is None or last != self.target_var(body) or not all(
                 r.indices and body.vars[last] in P.index_names(r.indices[-1])
                 for r in P.reads(body.stmt.rhs)):
             return None  # some read would not be a row along ``last`` (a dot product)
+        if any(isinstance(e, P.Select) for e in P.walk(body.stmt.rhs)):
+            return None  # a guarded read (a select) would not vectorise well
         window = 1
         for v, name in enumerate(body.vars):
             if name in body.stmt.reduction_vars:
