@@ -131,7 +131,7 @@ def test_pointwise_conv_becomes_a_matrix_product():
     assert [n.op for n in g.nodes] == ["Reshape", "MatMul", "Add", "Relu", "Sigmoid",
                                        "Reshape"]
     sess = polytc.onnx.compile(m)
-    for n in (1, 3):
+    for n in (1, 3, 0):  # an empty batch too
         x = np.random.default_rng(n).standard_normal((n, 6, 7, 7)).astype(F)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0],
                                    ReferenceEvaluator(m).run(None, {"x": x})[0],

@@ -170,6 +170,22 @@ def test_averagepool_divisor_is_a_formula_not_a_reduction():
     assert text.count("+=!") == 1 and "min(9, i3 - 1 + 3) - max(0, i3 - 1)" in text
 
 
+def test_strided_maxpool_reads_a_padded_copy_in_rows():
+    """A padded 3x3/2 MaxPool reads a copy padded with -inf (no guard per read), so
+    the tiler runs each window offset over a row of results (a ``sink`` decision)."""
+    from polytc import onnx as ponnx
+
+    x = rnd(1, 4, 35, 37)
+    m, feeds = _model("MaxPool", [x], {"kernel_shape": [3, 3], "strides": [2, 2],
+                                       "pads": [1, 1, 1, 1]}, None, 1, OPSET)
+    (plan,) = ponnx.compile(m)._plans.values()
+    (text,) = plan.texts.values()
+    assert "?" in text.split("max=!")[0] and "?" not in text.split("max=!")[1]
+    (ck,) = plan.kernels.values()
+    assert "sink " in ck.stages["tiling"]
+    compare(m, feeds, 1e-6, 1e-6, True)
+
+
 @pytest.mark.parametrize("include", [0, 1])
 def test_dilated_averagepool(include):  # the divisor as a reduction, not in closed form
     check("AveragePool", [rnd(1, 2, 9, 9)], count_include_pad=include, opset=19,

@@ -160,7 +160,7 @@ _UNARY = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSw
 
 def pointwise_convs(g: Graph) -> Graph:
     """A Conv with a 1x1 constant kernel, stride 1, no padding and one group is a matrix
-    product over the flattened image: ``Reshape(x, [0, C, -1])``, ``MatMul(W[M, C], .)``,
+    product over the flattened image: ``Reshape(x, [0, C, H*W...])``, ``MatMul(W[M, C], .)``,
     ``Add(., b[M, 1])``, the unary elementwise ops that alone follow it (a Relu), then
     ``Reshape(., [0, M, H...])``.  The product is then tiled along the image's ``H * W``
     contiguous pixels instead of an image row (SqueezeNet's 512 -> 1000 classifier on
@@ -190,10 +190,11 @@ def pointwise_convs(g: Graph) -> Graph:
         name = n.outputs[0]
         consts = dict(g.constants)
         types = dict(g.types)
-        consts[f"{name}__W"] = w.reshape(m, c)
-        consts[f"{name}__xshape"] = np.array([0, c, -1], np.int64)
-        consts[f"{name}__yshape"] = np.array([0, m, *t.shape[2:]], np.int64)
         pixels = int(np.prod(t.shape[2:], dtype=np.int64))
+        consts[f"{name}__W"] = w.reshape(m, c)
+        # the pixels spelled out: a -1 could not be inferred for an empty batch
+        consts[f"{name}__xshape"] = np.array([0, c, pixels], np.int64)
+        consts[f"{name}__yshape"] = np.array([0, m, *t.shape[2:]], np.int64)
         flat = TensorType(t.dtype, (t.shape[0], m, pixels))
         new = [Node("Reshape", f"{n.name}__flatten", (n.inputs[0], f"{name}__xshape"),
                     (f"{name}__x",)),
