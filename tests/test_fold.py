@@ -44,6 +44,16 @@ def test_init_and_epilogue_fold(m, k, n, options):
         assert "fmaxf(" not in ck.code  # a select, not a call of libm's fmaxf
 
 
+def test_epilogue_takes_the_accumulators_of_a_dead_result():
+    # T is read by the epilogue only: the last reduction tile does not store it
+    ck = check(MLP, [(24, 40), (40, 64), (64,)], polytc.Options())
+    assert "pt_s0[" in ck.code and "fmax(T(m, o) + b(o), 0.0)" in ck.stages["tc"]
+    # an output read by the epilogue is stored as before
+    src = MLP.replace("-> (Y)", "-> (T, Y)")
+    ck = check(src, [(24, 40), (40, 64), (64,)], polytc.Options())
+    assert "pt_s0[" not in ck.code
+
+
 @pytest.mark.parametrize("options", OPTIONS, ids=IDS)
 def test_in_place_and_transposed_epilogues(options):
     ck = check(IN_PLACE, [(), (21, 19), (19, 37), (21, 37)], options)

@@ -254,6 +254,31 @@ def test_inline_substitutes_single_reads_only():
     np.testing.assert_allclose(Kernel(p)(A, B, bb), k(A, B, bb), rtol=1e-5)
 
 
+def test_inline_through_an_in_place_update():
+    # a convolution's bias added in place, then its activation: one epilogue
+    k = polytc.tc("""def f(float(N,K) A, float(K,M) B, float(M) b) -> (Y) {
+        T(i, j) +=! A(i, k) * B(k, j)
+        T(i, j) = T(i, j) + b(j)
+        Y(i, j) = max(T(i, j), 0.0)
+    }""")
+    p = inline_temporaries(k.program)
+    assert [s.tensor for s in p.statements] == ["T", "Y"]
+    assert "max(T(i, j) + b(j), 0.0)" in str(p) and "T" in [t.name for t in p.temporaries]
+    rng = np.random.default_rng(9)
+    A, B, bb = (rng.standard_normal(s).astype(F) for s in ((5, 7), (7, 6), (6,)))
+    from polytc.kernel import Kernel
+
+    np.testing.assert_allclose(Kernel(p)(A, B, bb), k(A, B, bb), rtol=1e-5)
+    # not when the update reads another element of T, or T is read again after it
+    for body in ("T(i, j) = T(i, 0) + b(j)\n        Y(i, j) = max(T(i, j), 0.0)",
+                 "T(i, j) = T(i, j) + b(j)\n        Y(i, j) = max(T(i, j), 0.0) + T(i, j)"):
+        k = polytc.tc(f"""def f(float(N,K) A, float(K,M) B, float(M) b) -> (Y) {{
+        T(i, j) +=! A(i, k) * B(k, j)
+        {body}
+    }}""")
+        assert inline_temporaries(k.program) == k.program
+
+
 def test_inline_keeps_contraction_operands():
     k = polytc.tc("""def f(float(N,K) A, float(K,M) B) -> (C) {
         S(i, k) = A(i, k) * 2.0

@@ -135,6 +135,9 @@ class ExprPrinter:
         #: by a divisor that none of them changes is a multiplication by its reciprocal
         #: (computed once, outside the loop: ``Options.reciprocal``); empty: never
         self.varying: tuple = ()
+        #: tensor -> the C value its one read takes instead of a load (a folded
+        #: epilogue reading the contraction's accumulators, ``fold.py``)
+        self.substitute: dict = {}
 
     def literal(self, value, t: ScalarType) -> str:
         return literal(value, t)
@@ -168,6 +171,8 @@ class ExprPrinter:
 
     def read(self, e: P.Read) -> str:
         """The element a read takes."""
+        if e.tensor in self.substitute:
+            return self.substitute[e.tensor]
         return self.element(e.tensor, [self.sub(s) for s in e.indices], id(e) in self.guarded,
                             e.span)
 

@@ -28,6 +28,8 @@ class Fold:
         self.init = f["init"] is not None
         self.epi = by_name[f["epilogue"]] if f["epilogue"] else None
         self.bounds = f["_bounds"]  # (index, first, last) per reduction index
+        #: the result is a temporary only the epilogue reads (``tiling/fold._dead``)
+        self.dead = f.get("_dead", False)
         st = self.sst.stmt
         self.identity = literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)
         if self.epi is not None:
@@ -64,13 +66,17 @@ class Fold:
         """The accumulator's first value: the identity on the first tile."""
         return f"({first}) ? {self.identity} : {target}" if self.init else target
 
-    def epilogue(self, em, vars: dict, header=None) -> list:
+    def epilogue(self, em, vars: dict, header=None, value=None) -> list:
         """The epilogue's instances for the contraction's element at ``vars`` (over the
-        lanes of the loop ``header`` when given)."""
+        lanes of the loop ``header`` when given), reading the contraction's result as the
+        C expression ``value`` when given (its accumulator) instead of from memory."""
         if self.epi is None:
             return []
         ev = {name: vars[self.sst.stmt.indices[d]] for d, name in enumerate(self.epi_at)}
-        code = c.Statement(statement_code(self.epi, em.printer(self.epi, ev)).rstrip(";"))
+        printer = em.printer(self.epi, ev)
+        if value is not None:
+            printer.substitute = {self.sst.stmt.tensor: value}
+        code = c.Statement(statement_code(self.epi, printer).rstrip(";"))
         return em.simd_loop(header, code) if header else [code]
 
     def instance(self, em, sst, printer) -> list:

@@ -128,14 +128,13 @@ def micro_kernel(em, loops, items):
     vtype, utype = vector_type(ctype, lanes)
     iters = [em.for_header(lp)[0] for lp in loops]
     decls, body, epi, post = [], [], [], []
+    direct, stores = [], []  # (see ``handover``)
     for u, (inner, sst, printer) in enumerate(rows):
         lane, header = em.for_header(inner)
         fold = em.folds.get(sst.name)  # the folded init and epilogue (``fold.py``)
         ends = fold.tile_conditions(em, loops, printer.vars) if fold else None
         if fold is not None and ends is None:
             return None
-        if fold is not None:
-            post += fold.epilogue(em, printer.vars, header)
         jvars = [v for v, x in printer.vars.items() if re.search(rf"\b{lane}\b", x)]
         if len(jvars) != 1:
             return None
@@ -153,6 +152,17 @@ def micro_kernel(em, loops, items):
         if idx.count(jvars[0]) != 1:
             return None
         unit = idx[-1] == jvars[0]  # else the accumulators' lanes have the result's stride
+        # the epilogue takes the accumulators of the last reduction tile as they are
+        # when nothing else reads the result: they are not stored (``fold.py``)
+        handover = fold is not None and fold.dead and unit and _scale(sst, jvars[0]) is None
+        if handover:
+            buf = f"pt_s{u}"
+            direct.append(c.Statement(f"{ctype} {buf}[{width}] __attribute__((aligned(64)))"))
+            direct += [c.Statement(f"*({vtype} *)&{buf}[{v * lanes}] = pt_a{u}_{v}")
+                       for v in range(width // lanes)]
+            direct += fold.epilogue(em, printer.vars, header, f"{buf}[({lane}) - {lo}L]")
+        elif fold is not None:
+            post += fold.epilogue(em, printer.vars, header)
         for v in range(width // lanes):
             at = f"{lo + v * lanes}L"
             vars_ = {k: re.sub(rf"\b{lane}\b", at, x) for k, x in printer.vars.items()}
@@ -175,7 +185,8 @@ def micro_kernel(em, loops, items):
                     load = f"(({first}) ? ({vtype}){{}} : ({vtype})({load}))"
                 if scaled is None:  # the accumulators start at the result's values
                     decls.append(c.Statement(f"{vtype} {acc} = {load}"))
-                    epi.append(c.Statement(f"*({utype} *)&{target} = {acc}"))
+                    (stores if handover else epi).append(
+                        c.Statement(f"*({utype} *)&{target} = {acc}"))
                 else:  # at zero: the scale multiplies the tile's sum, added at the end
                     decls.append(c.Statement(f"{vtype} {acc} = ({vtype}){{}}"))
                     epi.append(c.Statement(
@@ -205,7 +216,9 @@ def micro_kernel(em, loops, items):
     nest = body
     for lp in reversed(loops):
         nest = [c.For(*em.for_header(lp)[1], c.Block(nest))]
-    if post:
+    if direct:  # ``ends`` is the same for every row: they share the loops
+        epi.append(c.If(ends[1], c.Block(direct + post), c.Block(stores)))
+    elif post:
         epi.append(c.If(ends[1], c.Block(post)))
     return [c.Block(decls + nest + epi)]
 

@@ -73,19 +73,22 @@ def _candidate(program, temp):
     """(defining statement, reading statement) if ``temp`` can be inlined."""
     stmts = program.statements
     writers = [k for k, s in enumerate(stmts) if s.tensor == temp.name]
-    if len(writers) != 1:
+    if not writers:
         return None
-    d = stmts[writers[0]]
+    w = writers[-1]
+    d = stmts[w]
     if d.op is not None or d.reduction_vars or not _covers(d, temp.shape):
         return None
+    if len(writers) > 1 and not _updates_in_place(d, temp.name):
+        return None
     sites = [(k, r) for k, s in enumerate(stmts) for r in P.reads(s.rhs)
-             if r.tensor == temp.name]
+             if r.tensor == temp.name and k != w]
     if len(sites) != 1:
         return None
     k, read = sites[0]
     user = stmts[k]
-    if k <= writers[0] or any(temp.name in {x.tensor for x in P.reads(i)}
-                              for r in P.reads(user.rhs) for i in r.indices):
+    if k <= w or any(temp.name in {x.tensor for x in P.reads(i)}
+                     for r in P.reads(user.rhs) for i in r.indices):
         return None  # read before written, or used as a subscript
     names = []
     for sub, dim in zip(read.indices, temp.shape):
@@ -96,7 +99,22 @@ def _candidate(program, temp):
     if len(set(names)) != len(names) or any(
             _extent(r.hi, r.lo) != 1 for r in user.ranges if r.var not in names):
         return None  # the read could touch an element twice
-    return writers[0], k
+    return w, k
+
+
+def _updates_in_place(d, name: str) -> bool:
+    """Whether the statement ``d`` (writing ``name``) reads ``name`` only at the element
+    it writes, and not in a subscript: ``T(i, j) = T(i, j) + b(j)``.  Substituting it into
+    the one later reader of ``T`` leaves ``T`` as its earlier writers left it, which is
+    exactly what ``d`` read (a convolution's bias, then its activation, become one
+    epilogue of the reduction)."""
+    for r in P.reads(d.rhs):
+        if any(name in {x.tensor for x in P.reads(i)} for i in r.indices):
+            return False
+        if r.tensor == name and (len(r.indices) != len(d.indices) or not all(
+                isinstance(i, P.Index) and i.name == v for i, v in zip(r.indices, d.indices))):
+            return False
+    return True
 
 
 def _extent(hi, lo=None):
@@ -127,9 +145,11 @@ def inline_temporaries(program: P.Program) -> P.Program:
             user = dataclasses.replace(user, rhs=_replace_read(user.rhs, temp.name, make))
             stmts = tuple(user if j == k else s for j, s in enumerate(program.statements)
                           if j != w)
+            still = any(s.tensor == temp.name for s in stmts)  # an in-place update went
             program = dataclasses.replace(
                 program, statements=stmts,
-                temporaries=tuple(t for t in program.temporaries if t.name != temp.name))
+                temporaries=tuple(t for t in program.temporaries
+                                  if still or t.name != temp.name))
             changed = True
             break
     return program

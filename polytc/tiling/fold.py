@@ -26,6 +26,11 @@ right after ``S`` folds as its epilogue when
 * it writes ``T`` in place at the same indices, or a tensor no other statement writes
   and no earlier statement reads, element by element (no two instances write one
   element): moving it earlier cannot overtake a read or a write of that tensor.
+
+When ``T`` is a temporary that only the epilogue reads (``_dead``), the micro-kernel's
+last reduction tile hands its accumulators to the epilogue instead of storing them to
+``T`` and reading them back: a convolution's bias and ReLU then write only the result
+(SqueezeNet's stem: storing ``T`` besides the result cost 0.34 -> 0.79 ms).
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ def fold(schedule, scop, decisions) -> tuple:
         if init is None and epi is None:
             continue
         facts = {"init": init.name if init else None, "epilogue": epi.name if epi else None,
-                 "_bounds": _bounds(sst)}
+                 "_bounds": _bounds(sst), "_dead": epi is not None and _dead(scop, sst, epi)}
         out.append(Decision("fold", [sst.name], facts))
         gone += [s for s in (init, epi) if s is not None]
     if gone:
@@ -137,6 +142,16 @@ def _epilogue(scop, sst):
     reads_t = e.reads.intersect_range(
         isl.UnionSet.from_set(isl.Set.universe(elements.get_space())))
     return e if isl.Set.from_union_set(reads_t.range()).is_equal(elements) else None
+
+
+def _dead(scop, sst, epi) -> bool:
+    """Whether the contraction's result ``T`` is a temporary that only the epilogue
+    ``epi`` reads and that it does not overwrite: on a register tile's last reduction tile
+    the epilogue may then take the accumulators as they are, and ``T`` is not stored."""
+    t = sst.stmt.tensor
+    return epi.stmt.tensor != t and any(x.name == t for x in scop.program.temporaries) and \
+        not any(r.tensor == t for s in scop.program.statements if s is not epi.stmt
+                for r in P.reads(s.rhs))
 
 
 def _plain(indices) -> bool:

@@ -366,7 +366,14 @@ class Tiler:
         strided = False
         lanes = self.machine.lanes(sst.stmt.rhs.dtype.np_dtype.itemsize)
         narrow = self.extent(sst, j_var)
-        if narrow < 2 * lanes:
+        # a matrix product (no window read) whose j operand is not packed (an image
+        # through a batch of one: a pointwise convolution) while a constant operand
+        # could be packed along another index: the lanes run over that index (SqueezeNet's
+        # 512 -> 1000 channel classifier on 13 x 13 pixels 1.17 -> 0.9 ms; its 3 x 3
+        # convolutions on 55 x 55 stay faster with unit-stride tiles, 0.47 vs 0.62 ms)
+        weights = operand is None and bool(self.constants) and narrow < 16 * lanes and all(
+            isinstance(x, (P.Index, P.Const)) for r in reads for x in r.indices)
+        if narrow < 2 * lanes or weights:
             # the result's unit-stride index is narrower than two vectors (the 7, 14 or
             # 28 wide images of ResNet's later convolutions): the lanes run over the
             # widest other index of the result along which an operand can be packed
@@ -382,7 +389,7 @@ class Tiler:
             for m in wide:
                 r = row(m)
                 alt, alt_batch = packed_operand(m, r, values=True)
-                if alt is not None:
+                if alt is not None and (narrow < 2 * lanes or alt.tensor in self.constants):
                     j, i, operand, batch, strided = m, r, alt, alt_batch, True
                     break
         jname = sst.vars[vars_[j]]
