@@ -130,3 +130,60 @@ def test_fmax_fmin_keep_nan_rules():
     x, y = polytc.tc(src)(a, b)
     np.testing.assert_array_equal(x, np.fmax(a, b))
     np.testing.assert_array_equal(y, np.fmin(a, b))
+
+
+# --- partial last vectors (masked loads and stores) --------------------------------------
+_MASK_CHECK = """
+static int check_%(name)s(void)
+{
+  %(ct)s src[%(lanes)d], dst[%(lanes)d];
+  for (int n = 1; n < %(lanes)d; n++) {
+    for (int l = 0; l < %(lanes)d; l++) { src[l] = l + 1; dst[l] = -1; }
+    %(v)s v = %(load)s(src, n);
+    for (int l = 0; l < %(lanes)d; l++)
+      if (v[l] != (l < n ? l + 1 : 0)) return 1;
+    %(store)s(dst, v * 2, n);
+    for (int l = 0; l < %(lanes)d; l++)
+      if (dst[l] != (l < n ? 2 * (l + 1) : -1)) return 2;
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("isa", ["native", "-mno-avx512f", "-mno-avx"])
+def test_masked_moves_touch_only_their_lanes(isa, tmp_path):
+    """Every ISA path of the partial-vector helpers (AVX-512 masks, AVX vmaskmov, the
+    plain loop) loads zeros into and stores nothing from the lanes it leaves out."""
+    import ctypes
+    import subprocess
+
+    from polytc.codegen_c.microkernel import masked_moves, masked_names, typedefs
+
+    src, calls = "", []
+    for ct, size, lanes in [("float", 4, 16), ("double", 8, 8), ("float", 4, 8),
+                            ("double", 8, 4)]:
+        v = f"pt_v{lanes}{ct[0]}"
+        load, store = masked_names(v)
+        src += typedefs(ct, lanes, size) + masked_moves(ct, lanes, size)
+        name = f"{ct}{lanes}"
+        src += _MASK_CHECK % dict(name=name, ct=ct, lanes=lanes, v=v, load=load, store=store)
+        calls.append(f"check_{name}()")
+    src += "int check(void) { return " + " | ".join(f"({c} << {4 * k})" for k, c in
+                                                     enumerate(calls)) + "; }\n"
+    (tmp_path / "m.c").write_text(src)
+    flags = ["-O2", "-march=native"] + ([] if isa == "native" else [isa])
+    r = subprocess.run(["gcc", *flags, "-shared", "-fPIC", "m.c", "-o", "m.so"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"gcc {' '.join(flags)} failed: {r.stderr[:200]}")
+    assert ctypes.CDLL(str(tmp_path / "m.so")).check() == 0
+
+
+def test_partial_last_vector_in_the_micro_kernel():
+    # 55 columns: 3 whole vectors and a masked one (16 lanes), or 6 and a masked (8)
+    ck = check(CONV, [(1, 4, 57, 57), (8, 4, 3, 3), (8,)], polytc.Options())
+    from polytc.tiling.machine import host
+
+    if host().vector_bytes >= 32:
+        assert "pt_mload_" in ck.code and "pt_mstore_" in ck.code

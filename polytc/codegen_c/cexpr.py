@@ -129,6 +129,9 @@ class ExprPrinter:
         #: address (the micro-kernel's lane-dependent reads, ``microkernel.py``)
         self.vector_reads: frozenset = frozenset()
         self.vector_type = ""
+        #: reads printed as masked loads: (helper, lanes) (a partial last vector)
+        self.masked_reads: frozenset = frozenset()
+        self.masked_load = ("", 0)
         #: contracted temporaries: tensor -> (buffer, box extents, box offsets as C)
         self.locals: dict = {}
         #: the iterators of the loops the instance is innermost in: a float division
@@ -191,6 +194,8 @@ class ExprPrinter:
             text = self.read(e)
             if id(e) in self.vector_reads:
                 return f"(*(const {self.vector_type} *)&{text})"
+            if id(e) in self.masked_reads:
+                return f"{self.masked_load[0]}(&{text}, {self.masked_load[1]})"
             return text
         if isinstance(e, P.Convert):
             inner = self.expr(e.value, subscript)

@@ -16,7 +16,7 @@ import numpy as np
 from ..lang import program as P
 from ..tiling.machine import host
 from .microkernel import const_bounds as _const_bounds
-from .microkernel import micro_kernel, typedefs
+from .microkernel import masked_moves, micro_kernel, typedefs
 from .fold import folds_of
 from .locals import locals_of
 from .pack import PackPrinter, packs_of
@@ -267,6 +267,7 @@ class CEmitter:
         self.sites: list = []  # (Span, what) for every run-time check, 1-based
         self.num_threads = num_threads
         self.vector_types: set = set()  # (C type, lanes, item size) the code uses
+        self.masked_types: set = set()  # those with partial vectors (masked moves)
 
     def node(self, n, pragma=None) -> list:
         t = n.get_type()
@@ -421,6 +422,7 @@ class CEmitter:
                                                   [c.Value("void", "")]),
                             c.Block(body))
         helpers = "".join(typedefs(*v) for v in sorted(self.vector_types)) + \
+            "".join(masked_moves(*v) for v in sorted(self.masked_types)) + \
             "\n".join(p.declaration() for p in self.packs.values()) + "\n\n" + \
             "\n\n".join(str(h) for h in self.helpers)
         code = helpers + "\n\n" + str(fn) + "\n" + "".join(
