@@ -373,15 +373,16 @@ class Tiler:
         # convolutions on 55 x 55 stay faster with unit-stride tiles, 0.47 vs 0.62 ms)
         weights = operand is None and bool(self.constants) and narrow < 16 * lanes and all(
             isinstance(x, (P.Index, P.Const)) for r in reads for x in r.indices)
-        if narrow < 2 * lanes or weights:
-            # the result's unit-stride index is narrower than two vectors (the 7, 14 or
-            # 28 wide images of ResNet's later convolutions): the lanes run over the
+        if narrow < lanes or weights:
+            # the result's unit-stride index is narrower than a vector (the 7 or 14 wide
+            # images of ResNet's later convolutions): the lanes run over the
             # widest other index of the result along which an operand can be packed
             # (the output channels: the packed weights are contiguous vectors), the
             # accumulators are loaded and stored with the result's stride, once per
             # register tile (3x3 convolutions of 512 channels on 7 x 7: 48 -> 163
-            # GFLOP/s, 256 on 14 x 14: 60 -> 248, 128 on 28 x 28: 110 -> 227; with 64
-            # channels on 56 x 56 the unit-stride tiles stay faster)
+            # GFLOP/s, 256 on 14 x 14: 60 -> 248; wider images are faster with
+            # unit-stride tiles ending in a partial vector: SqueezeNet's 27 x 27 ones
+            # 0.46 -> 0.30 ms, and 14 x 14 on AVX-512 2.5x slower)
             wide = sorted((m for m in par if m != j and sst.vars[vars_[m]] in
                            sst.stmt.indices and self.extent(sst, vars_[m]) >= 2 * lanes
                            and self.extent(sst, vars_[m]) > narrow),
@@ -389,7 +390,7 @@ class Tiler:
             for m in wide:
                 r = row(m)
                 alt, alt_batch = packed_operand(m, r, values=True)
-                if alt is not None and (narrow < 2 * lanes or alt.tensor in self.constants):
+                if alt is not None and (narrow < lanes or alt.tensor in self.constants):
                     j, i, operand, batch, strided = m, r, alt, alt_batch, True
                     break
         jname = sst.vars[vars_[j]]
