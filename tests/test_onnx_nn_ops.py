@@ -186,6 +186,22 @@ def test_strided_maxpool_reads_a_padded_copy_in_rows():
     compare(m, feeds, 1e-6, 1e-6, True)
 
 
+@pytest.mark.parametrize("stride", [2, 3])
+def test_strided_pooling_of_a_small_plane_reads_split_phases(stride):
+    """On a plane that fits L1, the padded copy's last axis is split into ``stride``
+    phases, so every window offset reads its row of results unit-stride."""
+    from polytc import onnx as ponnx
+
+    x = rnd(2, 3, 15, 17)
+    for op in ("MaxPool", "AveragePool"):
+        m, feeds = _model(op, [x], {"kernel_shape": [3, 3], "strides": [stride, stride],
+                                    "pads": [1, 1, 1, 1]}, None, 1, OPSET)
+        (plan,) = ponnx.compile(m)._plans.values()
+        (text,) = plan.texts.values()
+        assert f"k1 % {stride}, i3 + k1 / {stride})" in text
+        compare(m, feeds, 1e-5, 1e-5, True)
+
+
 @pytest.mark.parametrize("include", [0, 1])
 def test_dilated_averagepool(include):  # the divisor as a reduction, not in closed form
     check("AveragePool", [rnd(1, 2, 9, 9)], count_include_pad=include, opset=19,

@@ -359,8 +359,48 @@ def _window_read(ctx, x, i, geo, fill):
     and its rows vectorise (the tiler sinks them below the window loops:
     ``Tiler.sink_rows``; ResNet-18's 3x3/2 max pooling 0.44 -> 0.24 ms)."""
     kernel, strides, dil, begin, out = geo
+    nd = x.rank - 2
+    if strides[-1] > 1 and dil[-1] == 1 and out[-1] > 1 and _small_plane(x, geo):
+        return _split_read(ctx, x, geo, fill)
     src, offset = _padded(ctx, x, geo, fill)
-    return src(i[0], i[1], *_positions(strides, dil, offset, x.rank - 2))
+    return src(i[0], i[1], *_positions(strides, dil, offset, nd))
+
+
+def _small_plane(x, geo) -> bool:
+    """Whether a padded plane of ``x`` and its split copy fit in a quarter of L1 (the
+    split pays there: 13 x 13 and 16 x 16 max pooling 2x faster; on 56 x 56 and 112 x 112
+    planes, which leave L1, the split's extra pass costs more than it saves)."""
+    from ...tiling.machine import host
+
+    kernel, strides, dil, begin, out = geo
+    plane = 1
+    for o, st, d, k in zip(out, strides, dil, kernel):
+        plane *= (o - 1) * st + d * (k - 1) + 1 + st
+    return 2 * plane * x.dtype.itemsize <= host().l1 // 4
+
+
+def _split_read(ctx, x, geo, fill):
+    """The window read of a pooling strided along the last axis (stride ``s``): from the
+    padded copy (``_padded``, its last axis rounded up to a multiple of ``s``) split
+    into ``s`` phases, ``P(.., q, u) = X(.., s u + q)``, so window element ``k`` of output
+    column ``j`` is ``P(.., k % s, j + k / s)``: unit-stride along ``j`` where ``X`` is
+    read with stride ``s`` (the output row then vectorises without gathers; the split
+    reads the copy once, unguarded; 3x3/2 max pooling of 8 x 16 x 32 x 32: 70 -> 40 us)."""
+    kernel, strides, dil, begin, out = geo
+    nd = x.rank - 2
+    s = strides[-1]
+    wide = list(out)  # one more output column makes the copy's width a multiple of s
+    need = (out[-1] - 1) * s + kernel[-1]
+    wide[-1] = out[-1] + (-(-need // s) * s - need + s - 1) // s
+    src, offset = _padded(ctx, x, (kernel, strides, dil, begin, wide), fill)
+    cols = src.shape[-1]
+    phases = cols // s
+    p = ctx.temp((*src.shape[:-1], s, phases), x.dtype)
+    pi = idx(x.rank + 1)
+    ctx.emit(p, pi, src(*pi[:-2], f"{pi[-1]} * {s} + {pi[-2]}"))
+    rows = _positions(strides[:-1], dil[:-1], offset[:-1], nd - 1)
+    last = f"k{nd - 1}"
+    return p("i0", "i1", *rows, f"{last} % {s}", f"i{nd + 1} + {last} / {s}")
 
 
 def _guard(x, geo, pos) -> list:
