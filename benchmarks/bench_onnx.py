@@ -88,7 +88,8 @@ def models(quick: bool) -> dict:
     }
 
 
-DEFAULT = ["mlp", "mlp_b1", "resnet18", "transformer_layer", "bert_encoder"]
+DEFAULT = ["mlp", "mlp_b1", "resnet18", "transformer_layer", "bert_encoder", "small_cnn",
+           "lstm_model", "gru_model", "squeezenet", "shufflenet"]
 
 
 def check(outs, refs) -> str | None:
