@@ -282,6 +282,24 @@ def test_batched_contraction_keeps_its_rows_whole():
     assert choose_sizes(256, 256, 64, 4, two, packed=True, cores=1).cache[0] == 256
 
 
+def test_few_rows_share_the_j_tiles_among_the_cores():
+    """16 rows (a squeeze layer's output channels) over 3025 pixels: one row tile, and
+    the parallel loop runs over the j tiles (each core reads its part of the vector
+    operand once, where three 6-row tiles read it three times on two cores)."""
+    from polytc.tiling.machine import Machine
+    from polytc.tiling.strategy import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(16, 3025, 128, 4, two).cache[0] == 16
+    assert choose_sizes(512, 3025, 128, 4, two).cache[0] < 512
+    src = """def f(float(M,K) W, float(B,K,N) X) -> (Y) {
+        Y(b, m, n) +=! W(m, k) * X(b, k, n)
+    }"""  # a pointwise convolution of one image: X is not packed
+    ck = check(src, [(16, 64), (1, 64, 3025)], polytc.Options())
+    par = [ln for ln in str(ck.explain()).splitlines() if "runs in parallel" in ln]
+    assert par and "floor(n/" in par[0] and "cache 16x" in ck.stages["tiling"]
+
+
 def test_tile_depth_grows_when_the_result_block_leaves_l2():
     """Tk from L1 while the Ti x Tj result block stays in a quarter of L2; beyond, as
     deep as half of L2 holds the Ti x Tk block (the result tile is then loaded and

@@ -88,7 +88,14 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         return Sizes((ti, tj, tk), (mr, nr))
     tk = min(ext_k, max(16, (m.l2 // 8) // (itemsize * max(nr, 1) * 4)))
     tj = nr * max(1, min(4, -(-ext_j // nr)))
-    ti = _balanced(ext_i, mr, cores or m.cores)
+    share = cores or m.cores
+    if -(-ext_i // mr) < 2 * share <= -(-ext_j // tj):
+        # too few rows to share (16 output channels of a pointwise convolution over
+        # 3025 pixels): one tile of rows, the cores share the j tiles instead, and
+        # each reads its part of the vector operand once: SqueezeNet 128 -> 16 channels
+        # over 55 x 55, 0.43 -> 0.21 ms)
+        return Sizes((ext_i, tj, tk), (mr, nr))
+    ti = _balanced(ext_i, mr, share)
     return Sizes((ti, tj, tk), (mr, nr))
 
 
