@@ -29,7 +29,7 @@ from .poly import handsched as H
 from .poly import legality as L
 from .poly.recipe import member_exprs, _expr_text, _sorted, _stmt_text
 from .poly.schedule import has_contraction
-from .tiling.machine import host
+from .machine import host
 from .poly.transform import statements_below
 
 TOPICS = ("fusion", "parallel", "tiling", "memory", "vectorize")

@@ -13,6 +13,7 @@ ROOT = os.path.dirname(polytc.__file__)
 #: low to high; a module belongs to the layer of its longest matching prefix
 LAYERS = [
     ("base", ["polytc.config", "polytc.diagnostics", "polytc.options", "polytc.cache",
+              "polytc.machine",
               "polytc.backends"]),  # the registry only: backend modules load on demand
     ("front-ends", ["polytc.lang", "polytc.graph"]),  # TC text; ONNX graphs, fusion groups
     ("polyhedral", ["polytc.poly"]),

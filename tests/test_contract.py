@@ -142,7 +142,7 @@ def test_reduction_over_a_whole_nest_is_one_vector_reduction():
 def test_long_sums_keep_an_accumulator_per_lane(d):
     """A sum over at least two blocks of 4 vectors runs 4 vector accumulators (and the
     iterations past the last block one by one); shorter ones keep one."""
-    from polytc.tiling.machine import host
+    from polytc.machine import host
 
     src = """def rowsum(float(N,D) X) -> (S, P) {
         S(n) +=! X(n, d) * 2.0

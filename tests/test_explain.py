@@ -50,7 +50,7 @@ def test_fused_matmul_relu(ab):
     one(e.about("tiling"), "Nothing is cache-tiled")
     one(e.about("vectorize"), "S0 (line 2", "accumulated in a register")
     one(e.about("vectorize"), "gcc vectorised", "using 64 byte vectors") if \
-        polytc.tiling.machine.host().vector_bytes == 64 else None
+        polytc.machine.host().vector_bytes == 64 else None
     text = str(e)
     assert text.startswith("mmr for M=64, K=32, N=48\nfusion:")
     assert "isl: " in text and "<h4" in e._repr_html_()

@@ -183,7 +183,7 @@ def test_masked_moves_touch_only_their_lanes(isa, tmp_path):
 def test_partial_last_vector_in_the_micro_kernel():
     # 55 columns: 3 whole vectors and a masked one (16 lanes), or 6 and a masked (8)
     ck = check(CONV, [(1, 4, 57, 57), (8, 4, 3, 3), (8,)], polytc.Options())
-    from polytc.tiling.machine import host
+    from polytc.machine import host
 
     if host().vector_bytes >= 32:
         assert "pt_mload_" in ck.code and "pt_mstore_" in ck.code

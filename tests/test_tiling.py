@@ -138,7 +138,7 @@ def test_transposed_matvec_gets_a_register_row():
 @pytest.mark.parametrize("m", [512, 1024, 128, 100, 37])
 def test_tile_height_balances_cores(m):
     """Full tiles are shared by the cores, the partial one runs after them."""
-    from polytc.tiling.machine import Machine
+    from polytc.machine import Machine
     from polytc.tiling.strategy import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
@@ -274,7 +274,7 @@ def test_contractions_chained_over_a_batch_fuse_over_it(m, i0, j0, i1, j1):
 
 def test_batched_contraction_keeps_its_rows_whole():
     """With a batch to share among the cores, the i tiles are not split per core."""
-    from polytc.tiling.machine import Machine
+    from polytc.machine import Machine
     from polytc.tiling.strategy import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
@@ -286,7 +286,7 @@ def test_few_rows_share_the_j_tiles_among_the_cores():
     """16 rows (a squeeze layer's output channels) over 3025 pixels: one row tile, and
     the parallel loop runs over the j tiles (each core reads its part of the vector
     operand once, where three 6-row tiles read it three times on two cores)."""
-    from polytc.tiling.machine import Machine
+    from polytc.machine import Machine
     from polytc.tiling.strategy import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
@@ -304,7 +304,7 @@ def test_tile_depth_grows_when_the_result_block_leaves_l2():
     """Tk from L1 while the Ti x Tj result block stays in a quarter of L2; beyond, as
     deep as half of L2 holds the Ti x Tk block (the result tile is then loaded and
     stored once per Tk step from memory)."""
-    from polytc.tiling.machine import Machine
+    from polytc.machine import Machine
     from polytc.tiling.strategy import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
@@ -317,7 +317,7 @@ def test_tile_depth_grows_when_the_result_block_leaves_l2():
 def test_narrow_j_takes_whole_vectors_and_more_rows():
     """j = 56 with 16 lanes: three vectors (a partial fourth would leave the
     micro-kernel) and 8 rows, 24 accumulators."""
-    from polytc.tiling.machine import Machine
+    from polytc.machine import Machine
     from polytc.tiling.strategy import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
@@ -328,7 +328,7 @@ def test_narrow_j_takes_whole_vectors_and_more_rows():
 def test_j_tiles_waste_few_lanes():
     """j = 112 in panels of 4 vectors pads 16 of 128 lanes: one-vector panels pad none
     (8 rows); a few padded lanes (1000 in 1024) keep the default register tile."""
-    from polytc.tiling.machine import Machine
+    from polytc.machine import Machine
     from polytc.tiling.strategy import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)

@@ -245,7 +245,7 @@ def _wide_vectors() -> bool:
     """gcc defaults to 256-bit vectors even with AVX-512; polytc's register tiles are
     sized for 512 bits (twice the FMA throughput: 124 vs 62 GFLOP/s per core measured
     on a 6x64 sgemm micro-kernel)."""
-    from ..tiling.machine import host
+    from ..machine import host
 
     return host().vector_bytes >= 64
 

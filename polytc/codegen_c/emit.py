@@ -14,7 +14,7 @@ import islpy as isl
 import numpy as np
 
 from ..lang import program as P
-from ..tiling.machine import host
+from ..machine import host
 from .microkernel import const_bounds as _const_bounds
 from .microkernel import masked_moves, micro_kernel, typedefs
 from .fold import folds_of

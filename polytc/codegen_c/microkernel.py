@@ -19,7 +19,7 @@ whose width is not a multiple of the vector length (55 image columns) ends in a 
 vector: half a vector when the tail fits, else a masked one (``masked_moves``: loads and
 stores that leave the other lanes' memory alone), instead of leaving the micro-kernel
 for loops over arrays (SqueezeNet's 3x3 convolutions on 55 x 55: 0.52 -> 0.35 ms).  The
-vector length comes from the CPU (``tiling.machine``); with no vector unit, or when the
+vector length comes from the CPU (``polytc.machine``); with no vector unit, or when the
 pattern does not hold, ``None`` and the loops are generated as they are.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import cgen as c
 import islpy as isl
 
 from ..lang import program as P
-from ..tiling.machine import host
+from ..machine import host
 from ..tiling.pack import unit_stride
 from .cexpr import target_code
 from .pack import PackPrinter

@@ -16,7 +16,7 @@ from ..tiling.contract import contract
 from ..tiling.contract import text as contract_text
 from ..tiling.fold import fold
 from ..tiling.gpu import map_schedule, strategy
-from ..tiling.machine import host
+from ..machine import host
 from ..tiling.strategy import tile_schedule
 from .build import Build
 
@@ -113,7 +113,7 @@ def p_parallel(b: Build) -> Build:
     if not b.options.parallel:
         return b
     from .. import config
-    from ..tiling.machine import host
+    from ..machine import host
 
     points = sum(statement_points(s, b.env) for s in b.scop.stmts)
     threads = b.options.num_threads or config.num_threads() or host().cores

@@ -2,7 +2,7 @@
 
 One JSON file per tuned problem, ``<cache dir>/tuning/<key[:2]>/<key>.json``, where the
 key (:func:`tuning_key`) hashes the canonical program text (``str(program)``), the sizes,
-the dtypes, the machine (:func:`polytc.tiling.machine.host`: caches, vector width, cores),
+the dtypes, the machine (:func:`polytc.machine.host`: caches, vector width, cores),
 for an accelerator target the target and its device (``device_key()`` of its runtime),
 and polytc's own source (as every cache key does, so a changed compiler re-tunes).  The
 file holds the options and a record of the search (times, candidates, seed, budget).
@@ -28,7 +28,7 @@ import time
 
 from .. import backends, config
 from ..options import Options
-from ..tiling.machine import host
+from ..machine import host
 from ..cache import DiskCache, cache_key
 
 __all__ = ["tuning_dir", "tuning_key", "lookup", "get", "store", "remove", "clear_memo"]

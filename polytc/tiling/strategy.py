@@ -25,7 +25,7 @@ from ..lang import sizes as S
 from ..lang.ranges import Interval
 from ..poly import transform as T
 from .decisions import Decision
-from .machine import Machine
+from ..machine import Machine
 from .pack import outer_indices, pack, unit_stride, vector_operand
 
 

@@ -141,7 +141,7 @@ def _new_tuner(kernel, inputs, t_start, *, budget, timeout, jobs, faults,
     """The inputs as arrays, their sizes, the machine, and the defaults of ``timeout``
     and ``jobs``."""
     from ..runtime import args as A
-    from ..tiling.machine import host
+    from ..machine import host
 
     program = kernel.program
     arrays = A.as_arrays(program, inputs)

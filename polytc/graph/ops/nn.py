@@ -370,7 +370,7 @@ def _small_plane(x, geo) -> bool:
     """Whether a padded plane of ``x`` and its split copy fit in a quarter of L1 (the
     split pays there: 13 x 13 and 16 x 16 max pooling 2x faster; on 56 x 56 and 112 x 112
     planes, which leave L1, the split's extra pass costs more than it saves)."""
-    from ...tiling.machine import host
+    from ...machine import host
 
     kernel, strides, dil, begin, out = geo
     plane = 1

@@ -1,4 +1,6 @@
-"""What the cost model knows about the CPU: cache sizes, vector width, registers."""
+"""What the cost models know about the CPU: cache sizes, vector width, registers (read from
+sysfs and /proc/cpuinfo once; the base layer, so front-ends, the tiler and the code
+generators all ask the same machine)."""
 from __future__ import annotations
 
 import functools
