@@ -22,6 +22,7 @@ from tests.test_tiling import BMM, CONV_B, MATMUL, MATMUL_NT, QKT, SMALL
 
 CASES = [
     (MATMUL, [(70, 33), (33, 150)], dict(M=70, K=33, N=150), "B"),
+    (MATMUL, [(1, 333), (333, 150)], dict(M=1, K=333, N=150), "B"),  # one row: a GEMV
     (MATMUL_NT, [(70, 33), (150, 33)], dict(M=70, K=33, N=150), "B"),  # transposed
     (CONV_B, [(1, 5, 9, 9), (40, 5, 3, 3), (40,)], dict(N=1, C=5, H=9, W=9, F=40, KH=3,
                                                      KW=3), "Wt"),  # three reductions

@@ -71,6 +71,12 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         nr = lanes * nvec
         mr = min(8, 24 // nvec)
     mr = max(1, min(mr, ext_i))
+    if packed and ext_i == 1:
+        # a matrix-vector product: a panel is read once, by one row, so it need not
+        # stay in L1: the whole reduction in one tile (the accumulators are loaded once),
+        # a panel per tile (the cores share them evenly, a partial one last), each
+        # streamed in sequence
+        return Sizes((1, nr, ext_k), (1, nr))
     if packed:
         tk = min(ext_k, max(16, (m.l1 // 2) // (itemsize * nr)))
         most = max(1, (m.l2 // 2) // (itemsize * tk * mr))  # register tiles in Ti
@@ -346,15 +352,22 @@ class Tiler:
             return found[0] if found else None
 
         def packed_operand(j, i, values=False):
-            if not (self.pack and i is not None and self.options.vectorize and
-                    self.nonnegative(sst)):
+            if not (self.pack and self.options.vectorize and self.nonnegative(sst)):
                 return None, None
             # the indices batch loops run (``values``: or that take one value; packing
             # the unit-stride convolution image of a batch of one was slower)
             batch = outer_indices(node, sst, vars_, values)
             if batch is None:
                 return None, None
-            return vector_operand(sst, sst.vars[vars_[j]], sst.vars[vars_[i]]), batch
+            found = vector_operand(sst, sst.vars[vars_[j]],
+                                   sst.vars[vars_[i]] if i is not None else None)
+            if i is None and (found is None or found.tensor not in self.constants or
+                              not unit_stride(found, sst.vars[vars_[j]])):
+                # no rows (a matrix-vector product): weights only, packed once (one
+                # sequential stream per core: 784 -> 512 at batch 1 27 -> 13 us), and
+                # not a transposed W(j, k), whose rows the dot products already stream
+                return None, None
+            return found, batch
 
         i = row(j)
         operand, batch = packed_operand(j, i)
