@@ -179,12 +179,12 @@ def micro_kernel(em, loops, items):
     # the partial vector's type: half a vector when the tail fits in one (a whole one,
     # no mask, for 8 of 56 columns on AVX-512: its masked 16 lanes were 4% slower), but
     # not below 32 bytes, where no masked move exists
-    plane = lanes // 2 if tail and tail <= lanes // 2 and lanes * itemsize >= 64 else lanes
+    part_lanes = lanes // 2 if tail and tail <= lanes // 2 and lanes * itemsize >= 64 else lanes
     if tail == lanes // 2 and lanes >= 4:
-        plane = tail
-    pvtype, putype = vector_type(ctype, plane)
+        part_lanes = tail
+    pvtype, putype = vector_type(ctype, part_lanes)
     mload, mstore = masked_names(pvtype)
-    masked = tail % plane  # lanes of a masked partial vector (0: none)
+    masked = tail % part_lanes  # lanes of a masked partial vector (0: none)
     iters = [em.for_header(lp)[0] for lp in loops]
     decls, body, epi, post = [], [], [], []
     direct, stores = [], []  # (see ``handover``)
@@ -286,9 +286,9 @@ def micro_kernel(em, loops, items):
                                 c.For(*lanes_loop, c.Statement(f"{one} = {value}"))]))
     em.vector_types.add((ctype, lanes, itemsize))
     if tail:
-        em.vector_types.add((ctype, plane, itemsize))
+        em.vector_types.add((ctype, part_lanes, itemsize))
     if masked:
-        em.masked_types.add((ctype, plane, itemsize))
+        em.masked_types.add((ctype, part_lanes, itemsize))
     nest = body
     for lp in reversed(loops):
         nest = [c.For(*em.for_header(lp)[1], c.Block(nest))]

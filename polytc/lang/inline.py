@@ -8,6 +8,11 @@ read.  The value is then computed in a register where it is used instead of goin
 memory: a chain of elementwise ops (bias, activation, scaling) costs one pass over the
 data.  Reads that would recompute an element (a broadcast, a contraction operand) are left
 alone, so no work is repeated and register-tiled products keep their shape.
+
+The last of several writers of ``T`` inlines the same way when it updates ``T`` in place,
+reading it only at the element it writes (``T = T + b``, a convolution's bias after its
+reduction): its one later reader then reads what the earlier writers left, and the
+reduction keeps a single epilogue (bias and activation fold into its register tiles).
 """
 from __future__ import annotations
 
