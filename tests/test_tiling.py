@@ -139,7 +139,7 @@ def test_transposed_matvec_gets_a_register_row():
 def test_tile_height_balances_cores(m):
     """Full tiles are shared by the cores, the partial one runs after them."""
     from polytc.machine import Machine
-    from polytc.tiling.strategy import choose_sizes
+    from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     sizes = choose_sizes(m, m, m, 4, two)
@@ -275,7 +275,7 @@ def test_contractions_chained_over_a_batch_fuse_over_it(m, i0, j0, i1, j1):
 def test_batched_contraction_keeps_its_rows_whole():
     """With a batch to share among the cores, the i tiles are not split per core."""
     from polytc.machine import Machine
-    from polytc.tiling.strategy import choose_sizes
+    from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     assert choose_sizes(256, 256, 64, 4, two, packed=True).cache[0] == 128
@@ -287,7 +287,7 @@ def test_few_rows_share_the_j_tiles_among_the_cores():
     the parallel loop runs over the j tiles (each core reads its part of the vector
     operand once, where three 6-row tiles read it three times on two cores)."""
     from polytc.machine import Machine
-    from polytc.tiling.strategy import choose_sizes
+    from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     assert choose_sizes(16, 3025, 128, 4, two).cache[0] == 16
@@ -305,7 +305,7 @@ def test_tile_depth_grows_when_the_result_block_leaves_l2():
     deep as half of L2 holds the Ti x Tk block (the result tile is then loaded and
     stored once per Tk step from memory)."""
     from polytc.machine import Machine
-    from polytc.tiling.strategy import choose_sizes
+    from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     small = choose_sizes(128, 1024, 1024, 4, two, packed=True)  # 64 x 512: 128 KiB
@@ -318,7 +318,7 @@ def test_narrow_j_takes_whole_vectors_and_more_rows():
     """j = 56 with 16 lanes: three vectors (a partial fourth would leave the
     micro-kernel) and 8 rows, 24 accumulators."""
     from polytc.machine import Machine
-    from polytc.tiling.strategy import choose_sizes
+    from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     assert choose_sizes(64, 56, 576, 4, two).register == (8, 48)
@@ -329,7 +329,7 @@ def test_j_tiles_waste_few_lanes():
     """j = 112 in panels of 4 vectors pads 16 of 128 lanes: one-vector panels pad none
     (8 rows); a few padded lanes (1000 in 1024) keep the default register tile."""
     from polytc.machine import Machine
-    from polytc.tiling.strategy import choose_sizes
+    from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     assert choose_sizes(64, 112, 147, 4, two, packed=True).register == (8, 16)
@@ -377,7 +377,7 @@ def test_strided_convolution_packs_its_input():
 def test_strided_sizes():
     """7 rows of a 512-channel result on 2 cores: 7 rows x 2 vectors (no padded row,
     equal j tiles of 256 for the cores); 14 rows: 7 x 2 as well; 28: 4 x 4 vectors."""
-    from polytc.tiling.strategy import Sizes, _strided_sizes
+    from polytc.tiling.sizes import Sizes, _strided_sizes
 
     default = Sizes((96, 512, 96), (6, 64))
     assert _strided_sizes(default, 7, 512, 512, 16, 2) == Sizes((7, 256, 128), (7, 32))

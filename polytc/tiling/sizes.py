@@ -1,0 +1,149 @@
+"""The tile sizes of a contraction: register tiles from the vector registers, cache tiles
+from the caches (the analytical BLIS model with a packed operand), and the variant for
+lanes that run over a strided index of the result (narrow images).  The machine's facts
+come from ``polytc.machine``; ``Tiler.contraction`` (``strategy.py``) applies them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..machine import Machine
+
+
+@dataclass(frozen=True)
+class Sizes:
+    cache: tuple  # (Ti, Tj, Tk)
+    register: tuple  # (MR, NR)
+
+
+def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
+                 cores: int | None = None) -> Sizes:
+    """Register tile from the vector registers, cache tiles from L1/L2.  ``cores``: how
+    many ways the ``i`` tiles are shared (default: the machine's cores; 1 when loops
+    outside the contraction, a batch, keep the cores busy already).
+
+    With a packed vector operand the sizes follow the analytical BLIS model: the
+    micro-panel of the operand (``Tk x NR``) fills half of L1 and stays there while the
+    ``i`` register tiles pass over it, the block of the broadcast operand (``Ti x Tk``)
+    stays in half of L2, and ``Ti`` is as tall as that allows while every core gets an
+    equal share (each tile packs the operand once more: as few tiles as possible).
+    When the ``Ti x Tj`` block of the result does not stay in L2, ``Tk`` grows instead
+    until the ``Ti x Tk`` block fills half of L2 (the micro-panel then streams from L2).
+    Sharing the ``j`` tiles among the cores instead (each packs its part of the operand
+    once, BLIS's ``jc`` loop) was 7-13% slower on sgemm, mm_bias_relu, mlp2 and 2mm:
+    the taller ``Ti`` of the unpacked broadcast operand spans more pages."""
+    lanes = m.lanes(itemsize)
+    nvec = 4 if m.vector_registers >= 32 else 2
+    nr = lanes * nvec
+    mr = 6
+    if ext_j < nr and ext_j >= lanes:
+        # whole vectors only (a partial one leaves the micro-kernel for accumulator
+        # arrays), and the rows the freed registers hold: 8 x 3 vectors for a 56 wide
+        # convolution (230 -> 284 GFLOP/s against 6 x 56)
+        nr = lanes * (ext_j // lanes)
+        mr = min(8, 24 // (ext_j // lanes))
+    elif ext_j < nr:
+        nr = max(1, ext_j)
+    elif -(-ext_j // nr) * nr - ext_j > ext_j // 10:
+        # over 10% of the lanes of the last j tile would be padding (a partial register
+        # tile leaves the micro-kernel): as many vectors as leave the fewest padded lanes
+        # (ResNet's 7x7/2 stem convolution, 112 wide: 6 x 64 -> 8 x 16, 1.90 -> 0.99 ms)
+        nvec = min(range(1, nvec + 1), key=lambda v: (-(-ext_j // (v * lanes)) * v, -v))
+        nr = lanes * nvec
+        mr = min(8, 24 // nvec)
+    mr = max(1, min(mr, ext_i))
+    if packed and ext_i == 1:
+        # a matrix-vector product: a panel is read once, by one row, so it need not
+        # stay in L1: the whole reduction in one tile (the accumulators are loaded once),
+        # a panel per tile (the cores share them evenly, a partial one last), each
+        # streamed in sequence
+        return Sizes((1, nr, ext_k), (1, nr))
+    if packed:
+        tk = min(ext_k, max(16, (m.l1 // 2) // (itemsize * nr)))
+        most = max(1, (m.l2 // 2) // (itemsize * tk * mr))  # register tiles in Ti
+        step = cores or m.cores
+        shares = step
+        while -(-ext_i // (shares * mr)) > most:
+            shares += step
+        ti = -(-ext_i // shares)
+        tj = nr * max(1, min(8, -(-ext_j // nr)))
+        if ti * min(tj, ext_j) * itemsize > m.l2 // 4:
+            # the C block leaves L2, so the C tile's loads and stores at every Tk step go
+            # to memory: deeper Tk steps, as deep as half of L2 holds the Ti x Tk block
+            # (sgemm 1024^3: Tk 96 -> 512 took 321 to 395 GFLOP/s on a 2 MiB L2)
+            tk = min(ext_k, max(tk, (m.l2 // 2) // (itemsize * ti)))
+        return Sizes((ti, tj, tk), (mr, nr))
+    tk = min(ext_k, max(16, (m.l2 // 8) // (itemsize * max(nr, 1) * 4)))
+    tj = nr * max(1, min(4, -(-ext_j // nr)))
+    share = cores or m.cores
+    if -(-ext_i // mr) < 2 * share <= -(-ext_j // tj):
+        # too few rows to share (16 output channels of a pointwise convolution over
+        # 3025 pixels): one tile of rows, the cores share the j tiles instead, and
+        # each reads its part of the vector operand once: SqueezeNet 128 -> 16 channels
+        # over 55 x 55, 0.43 -> 0.21 ms)
+        return Sizes((ext_i, tj, tk), (mr, nr))
+    ti = _balanced(ext_i, mr, share)
+    return Sizes((ti, tj, tk), (mr, nr))
+
+
+def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
+                   cores: int) -> Sizes:
+    """Sizes for a register tile whose lanes run over a strided index of the result (see
+    ``Tiler.contraction``): ``i`` is short (an image row of 7, 14 or 28), so it is one
+    cache tile, the cores share the ``j`` tiles instead (each packs its own part of the
+    operand), and ``MR`` and ``NR`` are chosen together, within the accumulator budget
+    of the default register tile (see the key below).  ``Tk`` divides
+    the reduction evenly when a divisor lies within a factor 2 of the default (no
+    partial reduction tile: half the code, gcc 1.1 -> 0.6 s for a 512-channel 3x3
+    convolution)."""
+    mr0, nr0 = sz.register
+    most = max(1, nr0 // lanes)
+    budget = mr0 * most
+    share = -(-ext_j // cores)
+    # the most accumulators any candidate has: below half the budget a register tile
+    # is latency-bound (512 -> 1000 channels of 13 x 13 with 1 x 48 ran at 90 GFLOP/s)
+    def rows(nvec):  # one vector: up to 14 rows (13 rows of 13 x 13 in one tile)
+        return min(14 if nvec == 1 else 8, ext_i, budget // nvec)
+
+    most_acc = max(rows(v) * v for v in range(1, most + 1))
+    best = None
+    for nvec in range(most, 0, -1):
+        nr = nvec * lanes
+        # a full j tile per core (isl isolates a partial last tile in a loop of its own:
+        # the parallel loop runs over the full ones), no partial row tile (it leaves the
+        # micro-kernel: 7 x 48 over 13 rows ran 4x slower than 1 x 48), half the budget
+        # of accumulators, tiles of equal sizes, then the least padded work, then the
+        # most accumulators (7 x 2 vectors for 7 rows and 512 channels on 2 cores)
+        for tj in sorted({_round_up(share, nr), nr}, reverse=True):
+            for mr in range(rows(nvec), 0, -1):
+                work = -(-ext_i // mr) * mr * -(-ext_j // tj) * tj
+                key = (ext_j // tj < cores, ext_i % mr != 0,
+                       mr * nvec < min(budget // 2, most_acc), ext_j % tj != 0, work,
+                       -mr * nvec)
+                if best is None or key < best[0]:
+                    best = (key, mr, nr, tj)
+    _, mr, nr, tj = best
+    tk = sz.cache[2]
+    even = [d for d in range(max(1, tk // 2), 2 * tk + 1) if ext_k % d == 0]
+    if ext_k % tk and even:
+        tk = min(even, key=lambda d: (abs(d - tk), -d))
+    return Sizes((ext_i, tj, tk), (mr, nr))
+
+
+def _balanced(ext: int, step: int, cores: int, most: int = 16) -> int:
+    """The largest tile height (a multiple of ``step``, at most ``most`` steps) whose
+    tiles keep every core busy to within 6% of a perfect split, else the best balanced
+    one.  The parallel loop runs over tiles, and isolation puts the full tiles and the
+    partial last one in separate loops: the full ones are shared by the cores, the
+    partial one runs after them (128 rows in tiles of 66 would leave one core idle)."""
+    sizes = [k * step for k in range(1, most + 1) if k == 1 or (k - 1) * step < ext]
+
+    def busiest(t):
+        full, rest = divmod(ext, t)
+        return -(-full // cores) * t + rest
+
+    good = [t for t in sizes if busiest(t) <= ext / cores * 1.06]
+    return max(good) if good else min(sizes, key=lambda t: (busiest(t), -t))
+
+
+def _round_up(x, m):
+    return -(-x // m) * m if m > 0 else x
