@@ -315,13 +315,16 @@ def test_tile_depth_grows_when_the_result_block_leaves_l2():
 
 
 def test_narrow_j_takes_whole_vectors_and_more_rows():
-    """j = 56 with 16 lanes: three vectors (a partial fourth would leave the
-    micro-kernel) and 8 rows, 24 accumulators."""
+    """j = 56 with 16 lanes: three vectors (a partial fourth measured slower) and 8
+    rows, 24 accumulators; j = 28: two vectors, the second partial (masked in the
+    micro-kernel), unless a packed operand's panels must be whole vectors."""
     from polytc.machine import Machine
     from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     assert choose_sizes(64, 56, 576, 4, two).register == (8, 48)
+    assert choose_sizes(64, 28, 576, 4, two).register == (8, 32)
+    assert choose_sizes(64, 28, 576, 4, two, packed=True).register == (8, 16)
     assert choose_sizes(64, 8, 576, 4, two).register == (6, 8)  # under one vector
 
 
