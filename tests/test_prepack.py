@@ -51,6 +51,14 @@ def test_constant_operand_packed_once(src, shapes, env, tensor, options):
     assert "a copy packed once, before the first call" in text and tensor in text
 
 
+def test_transposed_gemv_weights_keep_their_dot_products():
+    """One row against weights W(j, k): every output is a dot product of a contiguous
+    row, which streams already; nothing is packed."""
+    options = polytc.Options(constants=("B",))
+    ck = check(MATMUL_NT, [(1, 333), (150, 333)], options)
+    assert "pack " not in ck.stages["tiling"]
+
+
 @pytest.mark.parametrize("src,shapes,tensor", [
     (QKT, [(3, 21, 19), (3, 130, 19)], "K"), (BMM, [(3, 13, 9), (3, 9, 70)], "Y")])
 def test_operand_varying_over_a_batch_is_packed_per_call(src, shapes, tensor):

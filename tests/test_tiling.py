@@ -353,7 +353,7 @@ CONV_S2 = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {
 
 @pytest.mark.parametrize("n,c,f,hw", [(1, 5, 40, 9), (1, 3, 37, 16), (2, 4, 64, 5)])
 def test_narrow_image_convolution_vectorises_over_channels(n, c, f, hw):
-    """An image narrower than two vectors: the lanes run over the output channels (the
+    """An image narrower than one vector: the lanes run over the output channels (the
     weights packed by a transposing copy), the accumulators with the result's stride;
     a batch of one is no loop and needs none; the contraction runs in parallel."""
     ck = check(CONV_B, [(n, c, hw, hw), (f, c, 3, 3), (f,)],
@@ -367,6 +367,36 @@ def test_narrow_image_convolution_vectorises_over_channels(n, c, f, hw):
         ho = hw - 2
         assert f"cache {n}x{ho}x" in tiling
     assert "lanes f" in tiling
+
+
+def test_image_over_a_vector_wide_ends_in_a_partial_vector():
+    """Between one and two vectors wide, the lanes stay on the image row, whose last
+    vector is partial (masked) in the micro-kernel, not over the channels."""
+    from polytc.machine import host
+
+    hw = host().lanes(4) + 6  # output rows of lanes + 4
+    ck = check(CONV_B, [(1, 4, hw, hw), (40, 4, 3, 3), (40,)], polytc.Options())
+    assert "contraction S" in ck.stages["tiling"] and "lanes f" not in ck.stages["tiling"]
+
+
+POINTWISE = """def pw(float(M,K) W, float(B,K,N) X) -> (Y) {
+    Y(b, m, n) +=! W(m, k) * X(b, k, n)
+}"""
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_pointwise_product_of_one_image_vectorises_over_wide_weights(wide):
+    """A matrix product through a batch of one (a pointwise convolution): the image is
+    not packed, so the lanes run over the constant weights' rows, packed once, when
+    there are at least twice as many of them as pixels; else they stay on the pixels."""
+    from polytc.machine import host
+
+    px = 3 * host().lanes(4) + 1
+    m = 8 * px if wide else px
+    ck = check(POINTWISE, [(m, 24), (1, 24, px)], polytc.Options(constants=("W",)))
+    tiling = ck.stages["tiling"]
+    assert ("lanes m" in tiling) == wide
+    assert ("copy once" in tiling) == wide
 
 
 def test_strided_convolution_packs_its_input():

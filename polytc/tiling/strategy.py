@@ -452,10 +452,6 @@ def _program_order(s):
     return (s.index, 0 if s.kind == "init" else 1)
 
 
-
-
-
-
 def tile_schedule(schedule, scop, options, machine, pack=False, validity=None,
                   constants=()):
     t = Tiler(scop, options, machine, pack, validity, constants)

@@ -389,9 +389,8 @@ def _split_read(ctx, x, geo, fill):
     kernel, strides, dil, begin, out = geo
     nd = x.rank - 2
     s = strides[-1]
-    wide = list(out)  # one more output column makes the copy's width a multiple of s
-    need = (out[-1] - 1) * s + kernel[-1]
-    wide[-1] = out[-1] + (-(-need // s) * s - need + s - 1) // s
+    wide = list(out)  # one more output column, so the copy spans whole phases
+    wide[-1] += ((out[-1] - 1) * s + kernel[-1]) % s != 0
     src, offset = _padded(ctx, x, (kernel, strides, dil, begin, wide), fill)
     cols = src.shape[-1]
     phases = cols // s
