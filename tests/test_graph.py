@@ -141,6 +141,28 @@ def test_pointwise_conv_becomes_a_matrix_product():
         assert [n.op for n in g.nodes][0] == "Conv", kw
 
 
+def test_global_pools_reduce_the_flattened_image():
+    """GlobalAveragePool and GlobalMaxPool of [N, C, H, W] (a symbolic batch, an empty
+    one, NaN) pool a [N, C, H*W] view, then reshape back; a 3-D input stays as it is."""
+    for op, ref in (("GlobalAveragePool", np.mean), ("GlobalMaxPool", np.max)):
+        m = model([node(op, ["x"], ["y"])],
+                  [("x", TP.FLOAT, ["N", 5, 4, 3])], [("y", TP.FLOAT, ["N", 5, 1, 1])])
+        g, _ = passes.run(import_model(m))
+        assert [n.op for n in g.nodes] == ["Reshape", op, "Reshape"]
+        sess = polytc.onnx.compile(m)
+        for n in (2, 0):
+            x = np.random.default_rng(n).standard_normal((n, 5, 4, 3)).astype(F)
+            if n:
+                x[1, 2, 3, 1] = np.nan
+            got = sess.run(None, {"x": x})[0]
+            assert got.shape == (n, 5, 1, 1)
+            np.testing.assert_allclose(got, ref(x, axis=(2, 3), keepdims=True),
+                                       rtol=1e-5, atol=1e-6)
+    m = model([node("GlobalAveragePool", ["x"], ["y"])], [("x", TP.FLOAT, [2, 5, 7])],
+              [("y", TP.FLOAT, [2, 5, 1])])
+    assert [n.op for n in passes.run(import_model(m))[0].nodes] == ["GlobalAveragePool"]
+
+
 def test_batch_of_one_epilogue_folds_into_its_matmul():
     """An elementwise op on a [1, S, D] product reads it at its own batch index (not a
     literal 0), so the bias Add folds into the product's register tiles."""

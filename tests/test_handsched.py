@@ -154,6 +154,7 @@ def test_recipes_are_options(mm):
         k.schedule(A, B, start="nowhere")
 
 
+@pytest.mark.skipif(not polytc.backends.available("opencl"), reason="no OpenCL device")
 def test_hand_schedules_are_for_c(mm):
     k, A, B = mm
     s = k.schedule(A, B)

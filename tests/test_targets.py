@@ -167,6 +167,36 @@ def test_unknown_target_and_unsupported_builtin():
             k(np.ones(3))
 
 
+def test_opencl_device_that_cannot_build_is_not_available(monkeypatch):
+    """pocl 3 on a CPU newer than its LLVM (a Zen 5) fails every build with "unknown
+    target CPU 'generic'": the target is then unavailable, with the reason, not an error
+    in every kernel."""
+    pytest.importorskip("pyopencl")
+    from polytc.runtime import opencl
+
+    class BuildError(Exception):
+        pass
+
+    class FakeCL:
+        Error = BuildError
+
+        class Program:
+            def __init__(self, ctx, src):
+                pass
+
+            def build(self):
+                raise BuildError("Build on <Device 'pthread'>:\n"
+                                 "error: unknown target CPU 'generic'")
+
+    dev = type("Dev", (), {"name": "pthread-CPU"})()
+    with pytest.raises(PolytcError, match="'pthread-CPU' cannot build kernels: error: "
+                                          "unknown target CPU 'generic'") as info:
+        opencl._probe(FakeCL, None, dev)
+    assert "POLYTC_OPENCL_DEVICE" in info.value.hint
+    monkeypatch.setattr(opencl, "_STATE", {"broken": info.value})
+    assert not targets.available("opencl")
+
+
 def test_kernel_to_target_keeps_options():
     k = polytc.tc(GATHER, options=polytc.Options(block=(64,)))
     g = k.to("opencl")

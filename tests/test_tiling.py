@@ -421,6 +421,12 @@ def test_strided_sizes():
     # partial row tile (7 x 3) nor a latency-bound 1 x 3
     assert _strided_sizes(default, 13, 1000, 512, 16, 2).register == (13, 16)
     assert _strided_sizes(default, 27, 64, 512, 16, 2).register == (9, 16)
+    # with L2's size: a matrix product's reduction tile as deep as a quarter of L2
+    # holds the panel (the accumulators are stored with the result's stride after each)
+    l2 = 2 << 20
+    assert _strided_sizes(default, 13, 1000, 512, 16, 2, 1, 4, l2).cache[2] == 512
+    assert _strided_sizes(default, 13, 1000, 16384, 16, 2, 1, 4, l2).cache[2] == 8192
+    assert _strided_sizes(default, 7, 512, 512, 16, 2, 9, 4, l2).cache[2] == 128
 
 
 @pytest.mark.parametrize("rhs", ["alpha * A(i, k) * B(k, j)", "A(i, k) * B(k, j) * alpha * 2.0",

@@ -223,6 +223,42 @@ def pointwise_convs(g: Graph) -> Graph:
     return g
 
 
+def global_pools(g: Graph) -> Graph:
+    """A GlobalAveragePool or GlobalMaxPool over more than one spatial axis reduces the
+    flattened image instead: ``Reshape(x, [0, C, H*W...])``, the pool, ``Reshape(.,
+    [0, C, 1...])``: one unit-stride loop per channel, where the nest of an H and a W
+    loop, collapsed into one vector reduction, read with computed offsets (SqueezeNet's
+    1000 channels of 13 x 13 2.2x faster; ResNet-18's 512 x 7 x 7 30 -> 12 us).  Needs
+    the spatial dimensions known.  Not after a pooling, which computes the image in the
+    same group (the reshape between them would split it: the small CNN 4% slower)."""
+    made = {o: k.op for k in g.nodes for o in k.outputs}
+    for n in g.nodes:
+        if n.op not in ("GlobalAveragePool", "GlobalMaxPool") or n.inputs[0] in g.constants \
+                or made.get(n.inputs[0]) in ("AveragePool", "MaxPool", "LpPool"):
+            continue
+        t = g.type_of(n.inputs[0])
+        if t is None or t.shape is None or len(t.shape) < 4 or \
+                not all(isinstance(d, int) for d in t.shape[1:]):
+            continue
+        name, out = n.outputs[0], n.outputs[0]
+        c, pixels = t.shape[1], int(np.prod(t.shape[2:], dtype=np.int64))
+        consts, types = dict(g.constants), dict(g.types)
+        consts[f"{name}__xshape"] = np.array([0, c, pixels], np.int64)
+        consts[f"{name}__yshape"] = np.array([0, c] + [1] * (len(t.shape) - 2), np.int64)
+        types[f"{name}__x"] = TensorType(t.dtype, (t.shape[0], c, pixels))
+        types[f"{name}__pool"] = TensorType(t.dtype, (t.shape[0], c, 1))
+        new = [Node("Reshape", f"{n.name}__flatten", (n.inputs[0], f"{name}__xshape"),
+                    (f"{name}__x",)),
+               Node(n.op, n.name, (f"{name}__x",), (f"{name}__pool",), n.attrs, n.domain),
+               Node("Reshape", f"{n.name}__unflatten", (f"{name}__pool", f"{name}__yshape"),
+                    (out,))]
+        nodes = []
+        for k in g.nodes:
+            nodes += new if k is n else [k]
+        return global_pools(g.replace(nodes=tuple(nodes), constants=consts, types=types))
+    return g
+
+
 def simplify(g: Graph) -> Graph:
     """Transpose chains become one Transpose (none if the identity); reshape-like chains
     ending in a Reshape with a constant shape read the first input directly."""
@@ -298,6 +334,7 @@ PASSES = [
     ("remove_identities", remove_identities),
     ("fold_batchnorm", fold_batchnorm),
     ("pointwise_convs", pointwise_convs),
+    ("global_pools", global_pools),
     ("simplify", simplify),
     ("cse", cse),
     ("dce", dce),

@@ -32,6 +32,8 @@ def _cl():
 
 def _state() -> dict:
     with _LOCK:
+        if "broken" in _STATE:
+            raise _STATE["broken"]
         if not _STATE:
             cl = _cl()
             try:
@@ -56,9 +58,28 @@ def _state() -> dict:
                 chosen = [d for d in devices if d.type & cl.device_type.GPU] or devices
             dev = chosen[0]
             ctx = cl.Context([dev])
+            try:
+                _probe(cl, ctx, dev)
+            except PolytcError as e:
+                _STATE["broken"] = e  # asked again: the same answer, not another build
+                raise
             _STATE.update(cl=cl, device=dev, context=ctx, queue=cl.CommandQueue(ctx))
             config.log(1, f"OpenCL device: {dev.name} ({dev.platform.name})")
         return _STATE
+
+
+def _probe(cl, ctx, dev):
+    """Build a one-line kernel: a device whose compiler cannot build anything (pocl 3's
+    LLVM names a CPU newer than itself 'generic' and then fails every build with
+    "unknown target CPU") is no device, and the opencl target is not available."""
+    try:
+        cl.Program(ctx, "__kernel void pt_probe(__global float *a) { a[0] = 1.0f; }").build()
+    except cl.Error as e:
+        why = next((ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()),
+                   str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise PolytcError(f"the OpenCL device {dev.name!r} cannot build kernels: {why}",
+                          hint="POLYTC_OPENCL_DEVICE picks another device; a newer OpenCL "
+                               "driver may know this CPU") from None
 
 
 def device():

@@ -91,14 +91,18 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
 
 
 def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
-                   cores: int) -> Sizes:
+                   cores: int, rest: int = 1, itemsize: int = 4, l2: int = 0) -> Sizes:
     """Sizes for a register tile whose lanes run over a strided index of the result (see
     ``Tiler.contraction``): ``i`` is short (an image row of 7, 14 or 28), so it is one
     cache tile, the cores share the ``j`` tiles instead (each packs its own part of the
     operand), and ``MR`` and ``NR`` are chosen together, within the accumulator budget
-    of the default register tile (see the key below).  ``Tk`` divides
-    the reduction evenly when a divisor lies within a factor 2 of the default (no
-    partial reduction tile: half the code, gcc 1.1 -> 0.6 s for a 512-channel 3x3
+    of the default register tile (see the key below).  ``Tk`` of a matrix product
+    (``rest``, the other reduction loops' iterations, is 1) is as deep as a quarter
+    of L2 (``l2``) holds the packed panel (``Tk x NR``): each reduction tile loads and
+    stores the accumulators element by element, with the result's stride
+    (SqueezeNet's 512 -> 1000 classifier on 13 x 13: Tk 128 -> 512, 0.69 -> 0.61 ms);
+    it divides the reduction evenly when a divisor lies within a factor 2 (no partial
+    reduction tile: half the code, gcc 1.1 -> 0.6 s for a 512-channel 3x3
     convolution)."""
     mr0, nr0 = sz.register
     most = max(1, nr0 // lanes)
@@ -128,6 +132,9 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
                     best = (key, mr, nr, tj)
     _, mr, nr, tj = best
     tk = sz.cache[2]
+    if l2 and rest == 1:  # (3x3 convolutions of 256 and 512 channels on 14 x 14 and
+        # 7 x 7: Tk 128 -> 256 made ResNet-18 1.5% slower)
+        tk = min(ext_k, max(tk, l2 // 4 // (nr * itemsize)))
     even = [d for d in range(max(1, tk // 2), 2 * tk + 1) if ext_k % d == 0]
     if ext_k % tk and even:
         tk = min(even, key=lambda d: (abs(d - tk), -d))

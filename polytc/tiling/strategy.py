@@ -302,8 +302,12 @@ class Tiler:
         sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
                           itemsize, self.machine, packed=operand is not None, cores=cores)
         if strided and lead:
+            rest = 1
+            for r in range(len(red)):
+                rest *= ext[p_red + r] if r != k_big else 1
             sz = _strided_sizes(sz, ext[len(outer)], ext[p_red - 1], ext[p_red + k_big],
-                                self.machine.lanes(itemsize), self.machine.cores)
+                                self.machine.lanes(itemsize), self.machine.cores, rest,
+                                itemsize, self.machine.l2)
         if self.options.tile:
             sz = Sizes(tuple(self.options.tile), sz.register)
         if self.options.register_tile:
