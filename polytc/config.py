@@ -8,6 +8,8 @@
 ``POLYTC_CC``           the C compiler (default ``gcc``)
 ``POLYTC_CFLAGS``       extra flags appended to the C compiler's command line
 ``POLYTC_NUM_THREADS``  OpenMP threads for kernels (default: ``OMP_NUM_THREADS`` or all)
+``POLYTC_ADAPTIVE_THREADS`` ``0``: a model's runs always use all threads (default: one
+                        thread while that is faster, a busy machine; graph/governor.py)
 ``GOMP_SPINCOUNT``      how long libgomp's idle threads spin before they sleep; polytc
                         sets 10000 before it loads libgomp unless this or
                         ``OMP_WAIT_POLICY`` is set (libgomp's default spins ~30x longer:
@@ -87,6 +89,10 @@ def num_threads() -> int | None:
         return None
 
 
+def adaptive_threads() -> bool:
+    return os.environ.get("POLYTC_ADAPTIVE_THREADS", "1") != "0"
+
+
 #: libgomp's spin count before an idle thread sleeps (see the table above): short
 #: enough that a thread sharing its core with other work yields it between kernels, long
 #: enough to cover the gaps between the parallel loops of one run
@@ -98,6 +104,9 @@ def openmp_environment() -> None:
     before libgomp is loaded (it reads its environment once)."""
     if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
+    n = num_threads()  # the team size of every parallel loop (kernels name none)
+    if n and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(n)
 
 
 def log(level: int, msg: str) -> None:

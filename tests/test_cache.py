@@ -298,17 +298,23 @@ def test_put_race_keeps_the_winner(tmp_path, monkeypatch):
 
 
 def test_thread_count_from_the_environment_keys_the_kernel(monkeypatch):
-    """POLYTC_NUM_THREADS is compiled into the code (``num_threads``): a kernel built
-    for one count is never served for another."""
+    """POLYTC_NUM_THREADS shapes the parallel loops and tiles and is the team size each
+    call sets (libgomp may have read another count before): a kernel built for one count
+    is never served for another."""
     import numpy as np
 
     import polytc
+    from polytc.runtime.native import _pin_openmp
 
     src = "def addone(float(N) X) -> (Y) { Y(i) = X(i) + 1.0 }"
     X = np.zeros(1 << 16, np.float32)
-    codes = []
+    kernels = []
     for n in ("1", "2"):
         monkeypatch.setenv("POLYTC_NUM_THREADS", n)
         ck = polytc.tc(src, options=polytc.Options(parallel_min_points=1)).specialize(X)
-        codes.append(ck.code)
-    assert "num_threads(1)" in codes[0] and "num_threads(2)" in codes[1]
+        kernels.append(ck)
+        assert ck.threads == int(n)
+        ck.run([X])
+        if _pin_openmp() is not None:
+            assert _pin_openmp().omp_get_max_threads() == int(n)
+    assert kernels[0] is not kernels[1] and "num_threads" not in kernels[0].code

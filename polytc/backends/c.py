@@ -26,13 +26,15 @@ class C(Backend):
     compiler = "gcc"
 
     def cache_facts(self) -> dict:
-        # the thread count from the environment is compiled into the code (num_threads)
+        # the thread count from the environment shapes the parallel loops and tiles
         return {"threads": config.num_threads()}
 
     def generate(self, b):
         decisions = tuple(b.tiling)
         while True:
-            em = CEmitter(b.scop, b.options.num_threads or config.num_threads(),
+            # only an explicit count is a num_threads clause: the environment's is the
+            # team size OpenMP starts with, which a model's run may lower (governor.py)
+            em = CEmitter(b.scop, b.options.num_threads,
                           b.options.vectorize, decisions, b.options.reciprocal)
             code = em.function(b.ast, FUNCTION_NAME, b.fills)
             if not em.escaped:

@@ -20,12 +20,17 @@ flags, same disk cache, keyed by its text).
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 
+from .. import config
 from ..codegen_c.compiler import build_shared_object
 from ..diagnostics import KernelRuntimeError
+from ..machine import host
 from ..runtime.memory import aligned_copy, allocator, is_aligned
+from ..runtime.native import set_threads
+from .governor import Governor
 from .group import View
 
 _UINT = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
@@ -120,6 +125,9 @@ class Driver:
                      "  int rc;\n" + "\n".join(lines) + "\n  return 0;\n}\n")
         self.copies: dict = {}  # graph input -> its aligned buffer, when it needs one
         self._load(fixed, len(index))
+        full = config.num_threads() or host().cores
+        self.full = full
+        self.governor = Governor(full) if config.adaptive_threads() and full > 1 else None
 
     def _load(self, fixed, n):
         ffi = _ffi()
@@ -155,7 +163,13 @@ class Driver:
             b = buf(a)
             keep.append(b)
             p[k] = b
+        gov = self.governor
+        n = gov.threads() if gov is not None else self.full
+        set_threads(n)
+        t0 = time.perf_counter()
         rc = self._fn(self._fns, p, self._step)
+        if gov is not None:
+            gov.record(n, time.perf_counter() - t0)
         if rc:
             k = self._step[0]
             try:

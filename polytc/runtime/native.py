@@ -7,6 +7,7 @@ check that failed."""
 from __future__ import annotations
 
 import functools
+import threading
 import time
 
 import numpy as np
@@ -48,6 +49,20 @@ def _pin_openmp():
     return None
 
 
+_THREADS = threading.local()
+
+
+def set_threads(n: int) -> None:
+    """The OpenMP team size of the parallel loops this thread starts from now on
+    (``omp_set_num_threads``; a call only when it changes)."""
+    if getattr(_THREADS, "n", None) == n:
+        return
+    lib = _pin_openmp()
+    if lib is not None:
+        lib.omp_set_num_threads(n)
+    _THREADS.n = n
+
+
 class CompiledKernel(Specialised):
     """A program compiled for one set of sizes.  ``stages`` holds the text of every
     stage: ``tc``, ``scop``, ``dependences``, ``schedule``, ``ast``, ``c``."""
@@ -56,6 +71,12 @@ class CompiledKernel(Specialised):
 
     def __init__(self, program, env, options, lib_path, meta, build=None):
         self._common(program, env, options, meta, build)
+        from .. import config
+        from ..machine import host
+
+        # the team size of its parallel loops (the environment's at compile time, which
+        # keys the kernel): set per calling thread, libgomp may have read another
+        self.threads = options.num_threads or config.num_threads() or host().cores
         self.align_inputs = tuple(meta.get("align_inputs", ()))
         self._allocs = [(allocator(s, d, f), s, d) for s, d, f in
                         zip(self.out_shapes, self.out_dtypes, self.out_fill)]
@@ -141,6 +162,7 @@ class CompiledKernel(Specialised):
                 raise PolytcError(f"{self.program.name}: cannot allocate outputs of shapes "
                                   f"{self.out_shapes} ({e})") from None
         buf = self._buf
+        set_threads(self.threads)
         if not self.temps:
             rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
                           *[buf(p) for p in packed])
@@ -174,6 +196,7 @@ class CompiledKernel(Specialised):
         ptrs = [self._buf(a) for a in inputs] + [self._buf(o) for o in outs] + \
             [self._buf(t) for t in self._new_scratch()] + \
             [self._buf(p) for p in self.prepack(inputs)]
+        set_threads(self.threads)
         for _ in range(warmup):
             self._fn(*ptrs)
         t = []

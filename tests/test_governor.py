@@ -1,0 +1,100 @@
+"""The thread governor of a model's runs (polytc/graph/governor.py): all threads on an
+idle machine, one while a busy neighbour makes the team's barriers wait, all again after."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polytc
+from polytc.graph.governor import PROBE_MAX_S, Governor
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def drive(gov, clock, cost, runs):
+    """``runs`` runs whose time on n threads is ``cost(n)``; the thread counts used."""
+    used = []
+    for _ in range(runs):
+        n = gov.threads()
+        dt = cost(n)
+        clock.t += dt
+        gov.record(n, dt)
+        used.append(n)
+    return used
+
+
+def test_idle_machine_keeps_all_threads_and_probes_ever_less_often():
+    clock = Clock()
+    gov = Governor(4, clock)
+    used = drive(gov, clock, lambda n: 0.001 if n == 4 else 0.003, 20000)
+    assert gov.current == 4
+    probes = [k for k, n in enumerate(used) if n == 1]
+    assert 3 <= len(probes) <= 16  # 20 s of runs: intervals double up to PROBE_MAX_S
+    assert used[-1] == 4 and gov.interval == PROBE_MAX_S
+
+
+def test_busy_neighbour_moves_to_one_thread_and_back():
+    clock = Clock()
+    gov = Governor(2, clock)
+    busy = [False]
+
+    def cost(n):
+        if n == 1:
+            return 0.0045
+        return 0.017 if busy[0] else 0.0027
+
+    drive(gov, clock, cost, 200)
+    assert gov.current == 2
+    busy[0] = True
+    used = drive(gov, clock, cost, 200)
+    assert gov.current == 1
+    assert used.index(1) < 10 and used[-50:].count(2) <= 2  # found fast, probes rare
+    busy[0] = False
+    used = drive(gov, clock, cost, 2000)
+    assert gov.current == 2 and used[-100:].count(2) >= 98
+
+
+def test_one_thread_is_kept_where_it_is_faster_on_an_idle_machine():
+    """A model too small to gain from threads (an MLP at batch 1) runs on one."""
+    clock = Clock()
+    gov = Governor(2, clock)
+    drive(gov, clock, lambda n: 2e-5 if n == 2 else 1.5e-5, 5000)
+    assert gov.current == 1
+
+
+def test_a_single_thread_machine_never_probes():
+    clock = Clock()
+    gov = Governor(1, clock)
+    assert set(drive(gov, clock, lambda n: 0.01, 100)) == {1}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_model_runs_give_the_same_results_on_either_count(threads, monkeypatch):
+    from polytc.graph import examples
+
+    m = examples.mlp(4, (32, 24, 10))
+    sess = polytc.onnx.compile(m)
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    want = polytc.onnx.compile(m, native=False).run(None, {"input": x})[0]
+    sess.run(None, {"input": x})
+    (plan,) = sess._plans.values()
+    if plan.driver.governor is None:
+        pytest.skip("one core: no governor")
+    monkeypatch.setattr(plan.driver.governor, "threads", lambda: threads)
+    np.testing.assert_allclose(sess.run(None, {"input": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_threads_can_be_switched_off(monkeypatch):
+    from polytc.graph import examples
+
+    monkeypatch.setenv("POLYTC_ADAPTIVE_THREADS", "0")
+    sess = polytc.onnx.compile(examples.mlp(2, (8, 4)))
+    sess.run(None, {"input": np.ones((2, 8), np.float32)})
+    (plan,) = sess._plans.values()
+    assert plan.driver.governor is None
