@@ -18,9 +18,10 @@ process of its own and the samples are interleaved round-robin (see ``common``);
 worker waits for its threads to go quiet before it answers.  polytc's first output is
 compared with onnxruntime's (allclose, rtol 1e-3, atol 1e-3 times the output's
 magnitude); a mismatch reads ``WRONG`` and is not timed, a failure reads ``fail``.
-``--load`` times both with a busy neighbour: a process spinning on the last core (the
-shared machine a served model meets), started after the compiles and stopped after the
-model's samples.
+Before its samples each library runs the model for ``WARM_UP_S`` seconds, as a served
+model has (polytc's runs choose their team size meanwhile).  ``--load`` times both with a
+busy neighbour: a process spinning on the last core (the shared machine a served model
+meets), started after the compiles and stopped after the model's samples.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ import common  # noqa: E402
 
 COLUMNS = ["model", "polytc", "ort", "polytc/ort", "cold compile s", "disk compile s"]
 RTOL = ATOL = 1e-3
+WARM_UP_S = 0.5  # each library runs the model this long before its samples
 FAMILIES = ("polytc", "ort")
 
 
@@ -169,7 +171,7 @@ def worker_main(family: str, threads: int) -> int:
             elif op == "once":  # calibrates the calls per sample: a call right after
                 # another, as in a sample's loop (the first after an idle wait also wakes
                 # the thread pool, and samples of too few calls then measure mostly that)
-                call()
+                warm_up(call)  # (under --load's neighbour: it runs by now)
                 reply = ("ok", common.time_once(call))
             elif op == "sample":
                 reply = ("ok", common.time_sample(call, msg[2]))
@@ -180,6 +182,15 @@ def worker_main(family: str, threads: int) -> int:
             reply = ("error", common.short(e))
         send(reply)
     return 0
+
+
+def warm_up(call, seconds: float = WARM_UP_S) -> None:
+    """Run the model for ``seconds`` (a served model's state, not a fresh session's):
+    polytc's thread governor has chosen its team size by then (graph/governor.py), as
+    onnxruntime's pool has settled."""
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        call()
 
 
 class Worker(bench_cpu.Worker):

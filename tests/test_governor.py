@@ -34,8 +34,9 @@ def test_idle_machine_keeps_all_threads_and_probes_ever_less_often():
     gov = Governor(4, clock)
     used = drive(gov, clock, lambda n: 0.001 if n == 4 else 0.003, 20000)
     assert gov.current == 4
-    probes = [k for k, n in enumerate(used) if n == 1]
-    assert 3 <= len(probes) <= 16  # 20 s of runs: intervals double up to PROBE_MAX_S
+    bursts = [k for k in range(1, len(used)) if used[k] == 1 and used[k - 1] == 4]
+    assert 3 <= len(bursts) <= 16  # 20 s of runs: intervals double up to PROBE_MAX_S
+    assert used.count(1) < 0.02 * len(used)
     assert used[-1] == 4 and gov.interval == PROBE_MAX_S
 
 
@@ -52,12 +53,39 @@ def test_busy_neighbour_moves_to_one_thread_and_back():
     drive(gov, clock, cost, 200)
     assert gov.current == 2
     busy[0] = True
-    used = drive(gov, clock, cost, 200)
+    used = drive(gov, clock, cost, 1000)
     assert gov.current == 1
-    assert used.index(1) < 10 and used[-50:].count(2) <= 2  # found fast, probes rare
+    assert used.index(1) < 10 and used[-300:].count(2) <= 6  # found fast, probes rare
     busy[0] = False
     used = drive(gov, clock, cost, 2000)
     assert gov.current == 2 and used[-100:].count(2) >= 98
+
+
+def test_waking_threads_is_not_taken_for_a_busy_machine():
+    """Samples of 50 runs 50 ms apart (a benchmark's, a server's bursts): on a virtual
+    machine the first six runs on two threads after any idle time take 1.9 ms, the rest
+    0.2 ms; one thread 0.35 ms.  The governor stays on two threads."""
+    clock = Clock()
+    gov = Governor(2, clock)
+    state = {"idle_since": 0.0, "wake": 6, "last_n": 2}
+
+    def cost(n):
+        if n == 2 and state["last_n"] == 1:
+            state["wake"] = 6  # the other thread idled through runs on one
+        state["last_n"] = n
+        if n == 1:
+            return 0.00035
+        if state["wake"]:
+            state["wake"] -= 1
+            return 0.0019
+        return 0.0002
+
+    used = []
+    for _ in range(60):
+        clock.t += 0.05
+        state["wake"] = 6
+        used += drive(gov, clock, cost, 50)
+    assert gov.current == 2 and used[-1000:].count(1) < 30
 
 
 def test_one_thread_is_kept_where_it_is_faster_on_an_idle_machine():
