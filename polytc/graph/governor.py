@@ -5,25 +5,30 @@ another process keeps one of the cores busy, the thread on that core runs only w
 scheduler gives it a turn, and every parallel loop of a run waits for it: SqueezeNet
 1.7 -> 17 ms, an MLP at batch 1 0.02 -> 1 ms (onnxruntime: 6.7 and 0.04 ms), where the
 same runs on one thread take 4.5 and 0.03 ms.  ``Governor`` times each run of a plan and
-keeps the thread count whose runs are faster:
+keeps the thread count whose runs take less time on average:
 
-* a count's measure is its best run among its last ``KEEP`` (a slow run now and then,
-  noise or the first runs after an idle wait, is no evidence; a busy neighbour slows
-  every run);
+* a count's measure is the mean of its last ``KEEP`` measured runs less their slowest
+  third (under a busy neighbour ShuffleNet's runs on two threads take 2 or 65 ms, by
+  turns: neither the best nor the median run is what a run costs; the slowest third
+  leaves out a wake-up now and then);
 * now and then (at growing intervals while the choice holds, from ``PROBE_S`` up to
-  ``PROBE_MAX_S``; ``SETTLE_S`` after a switch: a neighbour that came stays a while) a
-  burst of ``BURST`` runs tries the other count, and sooner when runs in a row for
-  ``SLOW_S`` seconds (two at least) each take over ``SLOW`` times the current measure
-  (the neighbour has just started).  A burst on more threads lasts two runs and
-  ``BURST_S`` seconds instead: its first runs pay for waking threads that slept (on a
-  virtual machine, after 50 ms idle, six runs of an MLP took 1.9 ms where it takes
-  0.25).  The burst's best run is its measure;
-* the choice switches when the other count's measure is below ``SWITCH`` times the
-  current one's; the runs of the count left behind are forgotten, so that the first
+  ``PROBE_MAX_S``, or ``SPARE`` times the last burst's time if longer: ResNet-18's
+  three runs on one thread take 60 ms; ``SETTLE_S`` after a switch: a neighbour that
+  came stays a while) a burst of runs tries the other count, and sooner when runs in a
+  row for ``SLOW_S`` seconds (two at least) each take over ``SLOW`` times the current
+  measure (the neighbour has just started).  A burst is ``BURST`` runs; on more
+  threads it also lasts ``BURST_S`` seconds and its runs that start in its first
+  ``WAKE_S`` seconds do not count (but the last): they pay for waking threads that
+  slept (on a virtual machine, after 50 ms idle, six to twelve runs of an MLP took
+  1.9 ms where it takes 0.25);
+* the choice switches when the burst's mean (likewise) is below ``SWITCH`` times the
+  current measure; the runs of the count left behind are forgotten, so that the first
   burst after the neighbour has gone can bring all threads back.
 
-A probe costs one burst at the other count per ``PROBE_S`` at most, and none comes
-before the current count has ``KEEP`` runs.  ``threads`` is what the driver passes to
+For the same reason the runs of the first ``GRACE_S`` seconds after an idle gap (over
+``GAP_S`` between two runs), and after the runs go back to more threads (a burst on one
+thread, or a switch), are not measured.  No probe comes before the current count has
+``KEEP`` measured runs.  ``threads`` is what the driver passes to
 ``omp_set_num_threads`` before the run (``native.py``).  ``POLYTC_ADAPTIVE_THREADS=0``
 keeps all threads always.
 """
@@ -32,13 +37,19 @@ from __future__ import annotations
 import time
 from collections import deque
 
-PROBE_S = 0.05
-SETTLE_S = 0.2
-PROBE_MAX_S = 2.0
+PROBE_S, SETTLE_S, PROBE_MAX_S = 0.05, 0.2, 2.0
 SLOW, SLOW_S = 2.0, 0.02
 SWITCH = 0.8
-KEEP = 5
-BURST, BURST_S, BURST_MAX = 3, 0.025, 200
+SPARE = 50
+KEEP = 8
+BURST, BURST_S, WAKE_S, BURST_MAX = 3, 0.025, 0.01, 200
+GAP_S, GRACE_S = 0.002, 0.03
+
+
+def _mean(xs) -> float:
+    """The mean of ``xs`` without its largest third (a wake-up now and then)."""
+    xs = sorted(xs)[:max(1, len(xs) - len(xs) // 3)]
+    return sum(xs) / len(xs)
 
 
 class Governor:
@@ -49,7 +60,9 @@ class Governor:
         self.interval = PROBE_S
         self.next_probe = clock() + PROBE_S
         self.slow: list = []  # the runs in a row over SLOW times the current measure
-        self.burst: list = []  # the times of the probe under way
+        self.burst: list = []  # (start, seconds) of the probe's runs so far
+        self.last = None  # when the last run ended
+        self.grace = 0.0  # runs on the current count that end before this: unmeasured
 
     def other(self) -> int:
         return 1 if self.current == self.full else self.full
@@ -71,25 +84,38 @@ class Governor:
         """The run just made took ``seconds`` on ``n`` threads."""
         if self.full <= 1:
             return
+        now = self.clock()
+        start = now - seconds
+        if self.last is not None and start - self.last > GAP_S:
+            self.grace = start + GRACE_S
+        self.last = now
         mine = self.times[self.current]
         if n == self.current:
-            slow = bool(mine) and seconds > SLOW * min(mine)
+            if now < self.grace:
+                return
+            slow = bool(mine) and seconds > SLOW * _mean(mine)
             self.slow = self.slow + [seconds] if slow else []
             mine.append(seconds)
             return
-        self.burst.append(seconds)
+        self.burst.append((start, seconds))
         up = n > self.current  # (waking threads: long enough to get past it)
-        if len(self.burst) < BURST_MAX and (sum(self.burst) < BURST_S or len(self.burst) < 2
-                                            if up else len(self.burst) < BURST):
+        spent = sum(t for _, t in self.burst)
+        if len(self.burst) < BURST_MAX and (len(self.burst) < BURST or
+                                            up and spent < BURST_S):
             return
-        best = min(self.burst)
+        t0 = self.burst[0][0]
+        runs = [t for s, t in self.burst if not up or s - t0 >= WAKE_S] or \
+            [self.burst[-1][1]]
+        measure = _mean(runs)
         self.burst, self.slow = [], []
-        if mine and best < SWITCH * min(mine):
+        if mine and measure < SWITCH * _mean(mine):
             mine.clear()  # (runs of the old choice would outvote the new ones)
             self.current = n
             self.times[n].clear()
-            self.times[n].append(best)
+            self.times[n].append(measure)
             self.interval = SETTLE_S
-        else:
-            self.interval = min(PROBE_MAX_S, 2 * self.interval)
-        self.next_probe = self.clock() + self.interval
+        else:  # (and at most a ``1 / SPARE`` part of the time in probes)
+            self.interval = max(min(PROBE_MAX_S, 2 * self.interval), SPARE * spent)
+        if self.current == self.full:  # back to (or on to) more threads: they wake first
+            self.grace = now + GRACE_S
+        self.next_probe = now + self.interval
