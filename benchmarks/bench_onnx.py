@@ -1,7 +1,7 @@
 """Whole ONNX models: ``polytc.onnx`` against onnxruntime on the CPU.
 
     python benchmarks/bench_onnx.py [--only name,name] [--repeats N] [--threads T] [--quick]
-                                    [--load]
+                                    [--load] [--batch B]
 
 One table: per model (from ``polytc.graph.examples``) the median milliseconds of one
 ``sess.run(None, feeds)`` of polytc and of onnxruntime, polytc's time over onnxruntime's,
@@ -87,6 +87,25 @@ def models(quick: bool) -> dict:
                        "width 1.0, 1000 classes"),
         "shufflenet": (lambda: ex.shufflenet_v2(1, 224), "batch 1, 224x224, ShuffleNetV2 "
                        "x1.0, 1000 classes"),
+    }
+
+
+def batched(b: int) -> dict:
+    """The default models at batch ``b`` (``--batch``; ``mlp_b1`` is ``mlp`` there)."""
+    from polytc.graph import examples as ex
+
+    return {
+        "mlp": (lambda: ex.mlp(b), f"batch {b}, 784-512-512-10"),
+        "resnet18": (lambda: ex.resnet18(b, 224), f"batch {b}, 224x224, width 64"),
+        "transformer_layer": (lambda: ex.transformer_layer(b, 128, 256, 4, 1024),
+                              f"batch {b}, seq 128, d 256"),
+        "bert_encoder": (lambda: ex.bert_encoder(b, 128, 1000, 256, 4, 1024, 2),
+                         f"batch {b}, seq 128, d 256, 2 layers"),
+        "small_cnn": (lambda: ex.small_cnn(b, 32), f"batch {b}, 32x32"),
+        "lstm_model": (lambda: ex.lstm_model(32, b, 128, 256), f"seq 32, batch {b}"),
+        "gru_model": (lambda: ex.gru_model(32, b, 128, 256), f"seq 32, batch {b}"),
+        "squeezenet": (lambda: ex.squeezenet(b, 224), f"batch {b}, 224x224"),
+        "shufflenet": (lambda: ex.shufflenet_v2(b, 224), f"batch {b}, 224x224"),
     }
 
 
@@ -318,6 +337,8 @@ def main(argv=None):
                     help="threads for both libraries (default: POLYTC_NUM_THREADS / "
                          "OMP_NUM_THREADS, else every core)")
     ap.add_argument("--quick", action="store_true", help="small sizes, fewer samples")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="every model at this batch size (e.g. 64), full sizes otherwise")
     ap.add_argument("--min-sample", type=float, default=None,
                     help="seconds a sample lasts at least (default 0.02, 0.005 with --quick)")
     ap.add_argument("--load", action="store_true",
@@ -334,11 +355,14 @@ def main(argv=None):
     threads = args.threads or common.default_threads()
     if threads < 1:
         ap.error("--threads must be at least 1")
+    if args.batch is not None and args.batch < 1:
+        ap.error("--batch must be at least 1")
     # before any process imports polytc: its kernels (and every worker) take this count
     os.environ["POLYTC_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(threads)
 
-    table = models(args.quick)
-    wanted = [w.strip() for w in args.only.split(",") if w.strip()] or DEFAULT
+    table = models(args.quick) if args.batch is None else batched(args.batch)
+    wanted = [w.strip() for w in args.only.split(",") if w.strip()] or \
+        [m for m in DEFAULT if m in table]
     unknown = [w for w in wanted if w not in table]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(table)}")

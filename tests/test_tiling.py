@@ -399,12 +399,42 @@ def test_pointwise_product_of_one_image_vectorises_over_wide_weights(wide):
     assert ("copy once" in tiling) == wide
 
 
+@pytest.mark.parametrize("hw", [30, 58])
+def test_batched_convolution_keeps_its_partial_vector_in_the_micro_kernel(hw):
+    """A batch of images whose rows end in a partial vector (28 or 56 wide): the image,
+    unit-stride along the row, is not packed (packed panels are whole vectors, and the
+    row's rest left the micro-kernel), as through a batch of one."""
+    rng = np.random.default_rng(hw)
+    image = rng.standard_normal((4, 64, hw, hw)).astype(np.float32)
+    weights = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    k = polytc.tc(CONV)
+    windows = np.lib.stride_tricks.sliding_window_view(image, (3, 3), axis=(2, 3))
+    want = np.einsum("nchwij,fcij->nfhw", windows, weights, optimize=True)
+    np.testing.assert_allclose(k(image, weights), want, rtol=1e-4, atol=1e-3)
+    ck = k.specialize(image, weights)
+    assert "pack" not in ck.stages["tiling"]
+    assert "pt_a0_0" in ck.code and ("pt_mload" in ck.code or "pt_v8f" in ck.code)
+
+
 def test_strided_convolution_packs_its_input():
     """No read is unit-stride along the image columns (stride 2): the input is packed
     (rows chosen so that it can be: the output channels), through a batch of one."""
     ck = check(CONV_S2, [(1, 3, 41, 41), (24, 3, 7, 7)], polytc.Options())
     assert "pack S0; tensor I" in ck.stages["tiling"]
     assert "pt_a0_0" in ck.code  # the vector micro-kernel
+
+
+def test_row_tiles_divide_the_rows():
+    """A packed contraction's row tiles divide the rows evenly when a multiple of MR
+    within a factor 2 of the cache model's height does (and the cores get equal
+    shares): a last, partial tile of rows left the micro-kernel."""
+    from polytc.tiling.sizes import _dividing
+
+    assert _dividing(1000, 334, 8, 1) == 200
+    assert _dividing(1000, 500, 8, 2) == 500  # divides already
+    assert _dividing(1024, 342, 8, 2) == 256  # 4 tiles for 2 cores
+    assert _dividing(1000, 334, 8, 2) == 334  # 5 tiles would not share evenly
+    assert _dividing(999, 334, 8, 1) == 334  # no multiple of 8 divides 999: unchanged
 
 
 def test_strided_sizes():
