@@ -72,3 +72,11 @@ def host() -> Machine:
         vector_registers=regs,
         cores=os.cpu_count() or 1,
     )
+
+
+def threads(explicit: int | None = None) -> int:
+    """The team size of the kernels' parallel loops: ``explicit`` (``Options.num_threads``),
+    else ``POLYTC_NUM_THREADS`` / ``OMP_NUM_THREADS``, else every core."""
+    from . import config
+
+    return explicit or config.num_threads() or host().cores

@@ -112,13 +112,11 @@ def p_fold(b: Build) -> Build:
 def p_parallel(b: Build) -> Build:
     if not b.options.parallel:
         return b
-    from .. import config
-    from ..machine import host
+    from ..machine import threads
 
     points = sum(statement_points(s, b.env) for s in b.scop.stmts)
-    threads = b.options.num_threads or config.num_threads() or host().cores
     s = sched.mark_parallel(current_schedule(b), b.options.parallel_min_points, points,
-                            threads)
+                            threads(b.options.num_threads))
     return b.but(schedule=s)
 
 

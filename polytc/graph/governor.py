@@ -93,7 +93,8 @@ class Governor:
         if n == self.current:
             if now < self.grace:
                 return
-            slow = bool(mine) and seconds > SLOW * _mean(mine)
+            # (the minimum first: a run under it is no slow one, and it costs no sort)
+            slow = bool(mine) and seconds > SLOW * min(mine) and seconds > SLOW * _mean(mine)
             self.slow = self.slow + [seconds] if slow else []
             mine.append(seconds)
             return

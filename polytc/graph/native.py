@@ -27,7 +27,7 @@ import numpy as np
 from .. import config
 from ..codegen_c.compiler import build_shared_object
 from ..diagnostics import KernelRuntimeError
-from ..machine import host
+from ..machine import threads
 from ..runtime.memory import aligned_copy, allocator, is_aligned
 from ..runtime.native import set_threads
 from .governor import Governor
@@ -125,9 +125,9 @@ class Driver:
                      "  int rc;\n" + "\n".join(lines) + "\n  return 0;\n}\n")
         self.copies: dict = {}  # graph input -> its aligned buffer, when it needs one
         self._load(fixed, len(index))
-        full = config.num_threads() or host().cores
-        self.full = full
-        self.governor = Governor(full) if config.adaptive_threads() and full > 1 else None
+        self.full = threads()
+        self.governor = Governor(self.full) if config.adaptive_threads() and self.full > 1 \
+            else None
 
     def _load(self, fixed, n):
         ffi = _ffi()

@@ -71,12 +71,11 @@ class CompiledKernel(Specialised):
 
     def __init__(self, program, env, options, lib_path, meta, build=None):
         self._common(program, env, options, meta, build)
-        from .. import config
-        from ..machine import host
+        from ..machine import threads
 
         # the team size of its parallel loops (the environment's at compile time, which
         # keys the kernel): set per calling thread, libgomp may have read another
-        self.threads = options.num_threads or config.num_threads() or host().cores
+        self.threads = threads(options.num_threads)
         self.align_inputs = tuple(meta.get("align_inputs", ()))
         self._allocs = [(allocator(s, d, f), s, d) for s, d, f in
                         zip(self.out_shapes, self.out_dtypes, self.out_fill)]

@@ -16,6 +16,8 @@ Sizes come from ``Options`` when given, else from the cost model (``sizes.py``).
 """
 from __future__ import annotations
 
+import math
+
 import islpy as isl
 
 from ..lang import program as P
@@ -311,9 +313,7 @@ class Tiler:
         sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
                           itemsize, self.machine, packed=operand is not None, cores=cores)
         if strided and lead:
-            rest = 1
-            for r in range(len(red)):
-                rest *= ext[p_red + r] if r != k_big else 1
+            rest = math.prod(ext[p_red + r] for r in range(len(red)) if r != k_big)
             sz = _strided_sizes(sz, ext[len(outer)], ext[p_red - 1], ext[p_red + k_big],
                                 self.machine.lanes(itemsize), self.machine.cores, rest,
                                 itemsize, self.machine.l2)
