@@ -416,6 +416,52 @@ def test_batched_convolution_keeps_its_partial_vector_in_the_micro_kernel(hw):
     assert "pt_a0_0" in ck.code and ("pt_mload" in ck.code or "pt_v8f" in ck.code)
 
 
+def _rows_and_lanes(tiling: str):
+    """The band members (statement indices) of a contraction's register rows and
+    lanes, from its decision line ``order [..]; cache ..; register ..``."""
+    line = next(x for x in tiling.splitlines() if x.startswith("contraction"))
+    order = [int(x) for x in line.split("order [")[1].split("]")[0].split(",")]
+    reg = [int(x) for x in line.split("register ")[1].split(";")[0].split("x")]
+    tiled = [m for m, r in zip(order, reg) if r > 1]
+    return tiled[0], tiled[-1]
+
+
+@pytest.mark.parametrize("n,f,hw,rows", [(8, 8, 30, 1), (4, 64, 9, 3)])
+def test_batched_convolution_rows_broadcast_an_operand(n, f, hw, rows):
+    """A batch of images: the register rows are an outer product's, along which a
+    read not along the lanes varies: the output channels (f, member 1) when the lanes
+    run along the image columns; the image columns (w, member 3) when the lanes run
+    over the channels (narrow images), never the images, which every read along them
+    also runs along the lanes (the same image rows, 5x slower)."""
+    ck = check(CONV, [(n, 16, hw, hw), (f, 16, 3, 3)], polytc.Options())
+    assert _rows_and_lanes(ck.stages["tiling"])[0] == rows
+
+
+def test_partial_cache_tiles_isolate_their_full_register_tiles():
+    """Full register tiles found in a full and in a partial cache tile are isolated as
+    one convex set: isl takes the simple hull of the isolated set, and the hull of
+    the two pieces took in partial tiles (the partial cache tile ran guarded plain
+    loops: ShuffleNet's 116 x 196 products at batch 64 20x slower)."""
+    import islpy as isl
+
+    from polytc.poly import transform as T
+
+    dom = isl.UnionSet("{ S[i, j] : 0 <= i < 20 and 0 <= j < 196 }")
+    node = isl.Schedule.from_domain(dom).get_root().child(0)
+    node = node.insert_partial_schedule(isl.MultiUnionPwAff("[{ S[i, j] -> [(i)] }, "
+                                                            "{ S[i, j] -> [(j)] }]"))
+    node = T.isolate_full_tiles(T.tile(node, [20, 128]), [20, 128])
+    node = T.isolate_full_tiles(T.tile(node.child(0), [8, 16]), [8, 16])
+    opts = node.band_get_ast_build_options()
+    sets = opts.get_set_list()
+    isolated = next(s for s in (sets.get_at(k) for k in range(sets.n_set()))
+                    if s.get_tuple_name() == "isolate")
+    assert isolated.n_basic_set() == 1
+    for j0, j1, full in [(0, 112, True), (128, 48, True), (128, 64, False)]:
+        point = isl.Set(f"{{ [[0, {j0}] -> [0, {j1}]] }}").set_tuple_name("isolate")
+        assert point.is_subset(isolated) == full
+
+
 def test_strided_convolution_packs_its_input():
     """No read is unit-stride along the image columns (stride 2): the input is packed
     (rows chosen so that it can be: the output channels), through a batch of one."""

@@ -43,6 +43,13 @@ def isolate_full_tiles(tile_node, sizes):
     box = isl.Set.read_from_str(ctx, "{ [" + ", ".join(names) + "] : " + cons + " }")
     missing = isl.Map.from_domain_and_range(tiles, box).subtract(pairs)
     full = tiles.subtract(missing.domain())
+    # isl replaces an isolated set by its simple hull: full tiles found as a union
+    # (those of a full cache tile and those of the partial one) would become their
+    # hull, partial tiles included, and the partial cache tile's register tiles would
+    # all run with guards.  One convex set says the same where it is exact.
+    hull = isl.Set.from_basic_set(full.polyhedral_hull()).intersect(tiles)
+    if hull.is_subset(full):
+        full = hull
     opts = isl.UnionSet.from_set(full.set_tuple_name("isolate"))
     return tile_node.band_set_ast_build_options(opts)
 

@@ -205,12 +205,33 @@ class Tiler:
             return None
         reads = P.reads(sst.stmt.rhs)
 
+        def uses(r, m):
+            return sst.vars[vars_[m]] in P.index_names(*r.indices)
+
+        def broadcast(m, j):
+            """How far from the last index a read broadcast along rows ``m`` (one along
+            ``m``, not along ``j``) runs ``m`` (0: unit stride), or None for none."""
+            far = [len(r.indices) - 1 - k for r in reads if uses(r, m) and not uses(r, j)
+                   for k, x in enumerate(r.indices)
+                   if sst.vars[vars_[m]] in P.index_names(x)]
+            return min(far) if far else None
+
         def rows(j):
             """The candidates for i: parallel members some read does not depend on
-            (register reuse), the largest first."""
-            return sorted((m for m in par if m != j and any(
-                sst.vars[vars_[m]] not in P.index_names(*r.indices) for r in reads)),
-                key=lambda m: -self.extent(sst, vars_[m]))
+            (register reuse).  First those of an outer product, along which a read not
+            along j varies (broadcast per row; the images of a batch are not, every
+            read along them is along the image columns too: ResNet-18's 3x3
+            convolutions at batch 64 ran 8 images x 48 columns, 5x slower than 8 output
+            channels), of at least 4 iterations, the one the broadcast read runs with
+            the smallest stride first (image columns before rows, rows before images:
+            lanes over 512 channels at batch 64 59 -> 34 ms, at batch 1 0.44 -> 0.37
+            ms over 256 channels), then the largest first."""
+            def key(m):
+                far = broadcast(m, j)
+                ext = self.extent(sst, vars_[m])
+                return (far is None, ext < 4, far or 0, -ext)
+            return sorted((m for m in par if m != j and any(not uses(r, m) for r in reads)),
+                          key=key)
 
         def row(j):
             found = rows(j)
