@@ -330,7 +330,8 @@ def test_narrow_j_takes_whole_vectors_and_more_rows():
 
 def test_j_tiles_waste_few_lanes():
     """j = 112 in panels of 4 vectors pads 16 of 128 lanes: one-vector panels pad none
-    (8 rows); a few padded lanes (1000 in 1024) keep the default register tile."""
+    (8 rows); a few padded lanes (1000 in 1024) keep the default register tile; one
+    vector counts a quarter more (its broadcast per FMA): 196 and 169 take 2 and 3."""
     from polytc.machine import Machine
     from polytc.tiling.sizes import choose_sizes
 
@@ -339,6 +340,18 @@ def test_j_tiles_waste_few_lanes():
     assert choose_sizes(64, 96, 147, 4, two, packed=True).register == (8, 48)
     assert choose_sizes(64, 1000, 512, 4, two, packed=True).register == (6, 64)
     assert choose_sizes(64, 512, 512, 4, two, packed=True).register == (6, 64)
+    assert choose_sizes(232, 196, 232, 4, two, packed=True).register == (8, 32)
+    assert choose_sizes(1000, 169, 512, 4, two, packed=True).register == (8, 48)
+
+
+def test_partial_row_tiles_run_micro_kernels():
+    """Rows that end in a partial register tile (20 in tiles of 8), in cache tiles
+    whose columns end in one too (100 in 32s): every tile is a micro-kernel, the
+    guard of the partial one's rows outside it, none runs the lane loops."""
+    ck = check(POINTWISE, [(20, 24), (8, 24, 100)], polytc.Options(register_tile=(8, 32)))
+    body = ck.code[ck.code.index("pt_pack0["):]
+    assert "omp simd" not in body and "pt_acc" not in body
+    assert body.count("pt_a0_0 =") == 4
 
 
 CONV_B = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(F) b) -> (O) {

@@ -48,11 +48,14 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
     elif ext_j < nr:
         nr = max(1, ext_j)
     elif -(-ext_j // nr) * nr - ext_j > ext_j // 10:
-        # over 10% of the lanes of the last j tile would be padding: as many vectors as
-        # leave the fewest padded lanes (ResNet's 7x7/2 stem convolution, 112 wide:
-        # 6 x 64 -> 8 x 16, 1.90 -> 0.99 ms; with partial vectors in the micro-kernel,
-        # 6 x 64 still made SqueezeNet's 111 wide stem 0.43 -> 0.84 ms)
-        nvec = min(range(1, nvec + 1), key=lambda v: (-(-ext_j // (v * lanes)) * v, -v))
+        # over 10% of the lanes of the last j tile would be padding: up to three vectors,
+        # as many as leave the fewest padded lanes, where a tile of one vector, which
+        # broadcasts once per FMA, counts a quarter more (ResNet's 7x7/2 stem
+        # convolution, 112 wide: 6 x 64 -> 8 x 16, 1.90 -> 0.99 ms, and 8 x 32 0.94 ->
+        # 0.68; over 196 pixels at batch 64 8 x 16 -> 8 x 32 1.44 -> 0.96 ms, over 169
+        # 8 x 48 31.6 -> 26.1 ms)
+        nvec = min(range(1, min(nvec, 3) + 1),
+                   key=lambda v: (-(-ext_j // (v * lanes)) * v * (1 + 1 / (4 * v)), -v))
         nr = lanes * nvec
         mr = min(8, 24 // nvec)
     mr = max(1, min(mr, ext_i))
