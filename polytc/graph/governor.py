@@ -14,7 +14,11 @@ keeps the thread count whose runs take less time on average:
 * now and then (at growing intervals while the choice holds, from ``PROBE_S`` up to
   ``PROBE_MAX_S``, or ``SPARE`` times the last burst's time if longer: ResNet-18's
   three runs on one thread take 60 ms; ``SETTLE_S`` after a switch: a neighbour that
-  came stays a while) a burst of runs tries the other count, and sooner when runs in a
+  came stays a while), once the runs since the last burst took ``SPARE`` times what
+  the next is likely to cost (``BURST`` runs, on one thread as many times slower as
+  there are threads: a 170 ms SqueezeNet at batch 64 probed 0.9 s on one thread
+  after 1.4 s of runs, three of a benchmark's five samples), a burst of runs tries
+  the other count, and sooner when runs in a
   row for ``SLOW_S`` seconds (two at least) each take over ``SLOW`` times the current
   measure (the neighbour has just started).  A burst is ``BURST`` runs; on more
   threads it also lasts ``BURST_S`` seconds and its runs that start in its first
@@ -63,6 +67,7 @@ class Governor:
         self.burst: list = []  # (start, seconds) of the probe's runs so far
         self.last = None  # when the last run ended
         self.grace = 0.0  # runs on the current count that end before this: unmeasured
+        self.busy = 0.0  # seconds of runs on the current count since the last burst
 
     def other(self) -> int:
         return 1 if self.current == self.full else self.full
@@ -75,8 +80,10 @@ class Governor:
             return self.other()
         if len(self.times[self.current]) < KEEP:
             return self.current
-        if len(self.slow) >= 2 and sum(self.slow) >= SLOW_S or \
-                self.clock() >= self.next_probe:
+        if len(self.slow) >= 2 and sum(self.slow) >= SLOW_S:
+            return self.other()
+        cost = BURST * max(1, self.current // self.other()) * _mean(self.times[self.current])
+        if self.clock() >= self.next_probe and self.busy >= SPARE * cost:
             return self.other()
         return self.current
 
@@ -91,6 +98,7 @@ class Governor:
         self.last = now
         mine = self.times[self.current]
         if n == self.current:
+            self.busy += seconds
             if now < self.grace:
                 return
             # (the minimum first: a run under it is no slow one, and it costs no sort)
@@ -108,7 +116,7 @@ class Governor:
         runs = [t for s, t in self.burst if not up or s - t0 >= WAKE_S] or \
             [self.burst[-1][1]]
         measure = _mean(runs)
-        self.burst, self.slow = [], []
+        self.burst, self.slow, self.busy = [], [], 0.0
         if mine and measure < SWITCH * _mean(mine):
             mine.clear()  # (runs of the old choice would outvote the new ones)
             self.current = n
