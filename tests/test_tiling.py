@@ -272,6 +272,29 @@ def test_contractions_chained_over_a_batch_fuse_over_it(m, i0, j0, i1, j1):
     assert body.count("omp parallel for") == 1
 
 
+PADDED_CONV = """def conv(float(N,C,H,W) I, float(F,C,3,3) Wt, float(F) b) -> (O) {
+    P(n, c, h, w) = h >= 1 && h < H + 1 && w >= 1 && w < W + 1 ? I(n, c, h - 1, w - 1) : 0.0
+        where h in 0:H + 2, w in 0:W + 2
+    T(n, f, h, w) +=! P(n, c, h + kh, w + kw) * Wt(f, c, kh, kw) where h in 0:H, w in 0:W
+    O(n, f, h, w) = fmax(T(n, f, h, w) + b(f), 0.0)
+}"""
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_convolution_steps_fuse_over_the_images(n):
+    """A batch of images: the padded copy, the convolution and its epilogue run image
+    by image in one parallel loop (each image's temporaries one image's worth, in the
+    caches); a batch of one keeps isl's schedule (no loop of one iteration)."""
+    ck = check(PADDED_CONV, [(n, 8, 20, 20), (24, 8, 3, 3), (24,)],
+               polytc.Options(parallel_min_points=1))
+    body = ck.code[ck.code.index("int polytc_kernel"):]
+    assert "contraction S" in ck.stages["tiling"]
+    if n > 1:
+        assert body.count("omp parallel for") == 1 and "contract P" in ck.stages["contraction"]
+    else:
+        assert body.count("omp parallel for") > 1
+
+
 def test_batched_contraction_keeps_its_rows_whole():
     """With a batch to share among the cores, the i tiles are not split per core."""
     from polytc.machine import Machine
@@ -376,9 +399,9 @@ def test_narrow_image_convolution_vectorises_over_channels(n, c, f, hw):
     assert "lanes f" in tiling
     assert promoted(ck.code)
     assert ck.code.count("omp parallel for") >= 1
-    if n > 1:  # the batch and image loops the weights do not depend on: inside the tile
-        ho = hw - 2
-        assert f"cache {n}x{ho}x" in tiling
+    if n > 1:  # the image loops the weights do not depend on: inside the tile; the
+        ho = hw - 2  # batch outside it, with the bias (fused over the images)
+        assert f"cache {ho}x{ho}x" in tiling
     assert "lanes f" in tiling
 
 
