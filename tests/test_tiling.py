@@ -421,18 +421,19 @@ POINTWISE = """def pw(float(M,K) W, float(B,K,N) X) -> (Y) {
 
 
 @pytest.mark.parametrize("wide", [True, False])
-def test_pointwise_product_of_one_image_vectorises_over_wide_weights(wide):
-    """A matrix product through a batch of one (a pointwise convolution): the image is
-    not packed, so the lanes run over the constant weights' rows, packed once, when
-    there are at least twice as many of them as pixels; else they stay on the pixels."""
+def test_pointwise_product_of_one_image_vectorises_over_its_pixels(wide):
+    """A matrix product through a batch of one (a pointwise convolution) over more
+    pixels than a vector: the lanes stay on the pixels, however many more weights'
+    rows there are (the rows broadcast them; over the channels, the pixels' broadcasts
+    ran with a stride: SqueezeNet's classifier 0.69 -> 0.47 ms)."""
     from polytc.machine import host
 
     px = 3 * host().lanes(4) + 1
     m = 8 * px if wide else px
     ck = check(POINTWISE, [(m, 24), (1, 24, px)], polytc.Options(constants=("W",)))
     tiling = ck.stages["tiling"]
-    assert ("lanes m" in tiling) == wide
-    assert ("copy once" in tiling) == wide
+    assert "contraction S" in tiling and "lanes m" not in tiling
+    assert promoted(ck.code)
 
 
 @pytest.mark.parametrize("hw", [30, 58])

@@ -272,16 +272,7 @@ class Tiler:
         strided = False
         lanes = self.machine.lanes(sst.stmt.rhs.dtype.np_dtype.itemsize)
         narrow = self.extent(sst, j_var)
-        # a matrix product (no window read) whose j operand is not packed (an image
-        # through a batch of one: a pointwise convolution) while a constant operand
-        # could be packed along another index: the lanes run over that index (SqueezeNet's
-        # 512 -> 1000 channel classifier on 13 x 13 pixels 1.17 -> 0.9 ms; its 3 x 3
-        # convolutions on 55 x 55 stay faster with unit-stride tiles, 0.47 vs 0.62 ms),
-        # when that index is at least twice as wide (ShuffleNet's 232 -> 232 channels
-        # on 14 x 14 pixels: unit-stride 0.15 ms, over the channels 0.21)
-        weights = operand is None and bool(self.constants) and narrow < 16 * lanes and all(
-            isinstance(x, (P.Index, P.Const)) for r in reads for x in r.indices)
-        if narrow < lanes or weights:
+        if narrow < lanes:
             # the result's unit-stride index is narrower than a vector (the 7 or 14 wide
             # images of ResNet's later convolutions): the lanes run over the
             # widest other index of the result along which an operand can be packed
@@ -290,7 +281,9 @@ class Tiler:
             # register tile (3x3 convolutions of 512 channels on 7 x 7: 48 -> 163
             # GFLOP/s, 256 on 14 x 14: 60 -> 248; wider images are faster with
             # unit-stride tiles ending in a partial vector: SqueezeNet's 27 x 27 ones
-            # 0.46 -> 0.30 ms, and 14 x 14 on AVX-512 2.5x slower)
+            # 0.46 -> 0.30 ms, and 14 x 14 on AVX-512 2.5x slower; so is a pointwise
+            # one over 13 x 13 pixels: SqueezeNet's 512 -> 1000 classifier 0.69 ->
+            # 0.47 ms, once partial tiles ran in micro-kernels)
             wide = sorted((m for m in par if m != j and sst.vars[vars_[m]] in
                            sst.stmt.indices and self.extent(sst, vars_[m]) >= 2 * lanes
                            and self.extent(sst, vars_[m]) > narrow),
@@ -298,8 +291,7 @@ class Tiler:
             for m in wide:
                 r = row(m)
                 alt, alt_batch = packed_operand(m, r, values=True)
-                if alt is not None and (narrow < lanes or alt.tensor in self.constants and
-                                        self.extent(sst, vars_[m]) >= 2 * narrow):
+                if alt is not None:
                     j, i, operand, batch, strided = m, r, alt, alt_batch, True
                     break
         jname = sst.vars[vars_[j]]
