@@ -14,13 +14,12 @@ keeps the thread count whose runs take less time on average:
 * now and then (at growing intervals while the choice holds, from ``PROBE_S`` up to
   ``PROBE_MAX_S``, or ``SPARE`` times the last burst's time if longer: ResNet-18's
   three runs on one thread take 60 ms; ``SETTLE_S`` after a switch: a neighbour that
-  came stays a while), once the runs since the last burst took ``SPARE`` times what
-  the next is likely to cost (``BURST`` runs, on one thread as many times slower as
-  there are threads: a 170 ms SqueezeNet at batch 64 probed 0.9 s on one thread
-  after 1.4 s of runs, three of a benchmark's five samples), a burst of runs tries
-  the other count, and sooner when runs in a
+  came stays a while) a burst of runs tries the other count, and sooner when runs in a
   row for ``SLOW_S`` seconds (two at least) each take over ``SLOW`` times the current
-  measure (the neighbour has just started).  A burst is ``BURST`` runs; on more
+  measure (the neighbour has just started).  A burst is ``BURST`` runs (one when the
+  current measure is over ``LONG_S``: a 170 ms SqueezeNet at batch 64 spent three runs of
+  300 ms on one thread, three of a benchmark's five samples; a long run is noisy enough
+  alone, and under a busy neighbour it would be a long wait for each); on more
   threads it also lasts ``BURST_S`` seconds and its runs that start in its first
   ``WAKE_S`` seconds do not count (but the last): they pay for waking threads that
   slept (on a virtual machine, after 50 ms idle, six to twelve runs of an MLP took
@@ -48,6 +47,7 @@ SPARE = 50
 KEEP = 8
 BURST, BURST_S, WAKE_S, BURST_MAX = 3, 0.025, 0.01, 200
 GAP_S, GRACE_S = 0.002, 0.03
+LONG_S = 0.005
 
 
 def _mean(xs) -> float:
@@ -67,7 +67,6 @@ class Governor:
         self.burst: list = []  # (start, seconds) of the probe's runs so far
         self.last = None  # when the last run ended
         self.grace = 0.0  # runs on the current count that end before this: unmeasured
-        self.busy = 0.0  # seconds of runs on the current count since the last burst
 
     def other(self) -> int:
         return 1 if self.current == self.full else self.full
@@ -80,10 +79,8 @@ class Governor:
             return self.other()
         if len(self.times[self.current]) < KEEP:
             return self.current
-        if len(self.slow) >= 2 and sum(self.slow) >= SLOW_S:
-            return self.other()
-        cost = BURST * max(1, self.current // self.other()) * _mean(self.times[self.current])
-        if self.clock() >= self.next_probe and self.busy >= SPARE * cost:
+        if len(self.slow) >= 2 and sum(self.slow) >= SLOW_S or \
+                self.clock() >= self.next_probe:
             return self.other()
         return self.current
 
@@ -98,7 +95,6 @@ class Governor:
         self.last = now
         mine = self.times[self.current]
         if n == self.current:
-            self.busy += seconds
             if now < self.grace:
                 return
             # (the minimum first: a run under it is no slow one, and it costs no sort)
@@ -109,14 +105,15 @@ class Governor:
         self.burst.append((start, seconds))
         up = n > self.current  # (waking threads: long enough to get past it)
         spent = sum(t for _, t in self.burst)
-        if len(self.burst) < BURST_MAX and (len(self.burst) < BURST or
+        size = BURST if not mine or _mean(mine) < LONG_S else 1
+        if len(self.burst) < BURST_MAX and (len(self.burst) < size or
                                             up and spent < BURST_S):
             return
         t0 = self.burst[0][0]
         runs = [t for s, t in self.burst if not up or s - t0 >= WAKE_S] or \
             [self.burst[-1][1]]
         measure = _mean(runs)
-        self.burst, self.slow, self.busy = [], [], 0.0
+        self.burst, self.slow = [], []
         if mine and measure < SWITCH * _mean(mine):
             mine.clear()  # (runs of the old choice would outvote the new ones)
             self.current = n
