@@ -135,6 +135,16 @@ def test_transposed_matvec_gets_a_register_row():
     check(BICG, [(70, 90), (70,), (90,)], k.options)
 
 
+def test_transposed_matvec_streams_a_few_rows_per_core_tile():
+    """``s(j) += r(i) A(i, j)``: one j tile per core, 8 rows of it at a time."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(1, 2048, 2048, 4, two).cache == (1, 1024, 8)
+    assert choose_sizes(1, 100, 5, 4, two).cache == (1, 64, 5)
+
+
 @pytest.mark.parametrize("m", [512, 1024, 128, 100, 37])
 def test_tile_height_balances_cores(m):
     """Full tiles are shared by the cores, the partial one runs after them."""
