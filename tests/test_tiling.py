@@ -415,6 +415,24 @@ def test_narrow_image_convolution_vectorises_over_channels(n, c, f, hw):
     assert "lanes f" in tiling
 
 
+CONV_RELU = """def conv(float(N,C,H,W) I, float(F,C,3,3) Wt, float(F) b) -> (O) {
+    T(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+        where h in 0:H - 2, w in 0:W - 2
+    O(n, f, h, w) = fmax(T(n, f, h, w) + b(f), 0.0)
+}"""
+
+
+def test_channel_lanes_apply_the_epilogue_as_they_store():
+    """Lanes over the channels (a narrow image) with a bias and ReLU on a temporary:
+    each lane's value goes through the epilogue as it is stored, with the result's
+    stride, on the last reduction tile, instead of a pass that reads it back."""
+    ck = check(CONV_RELU, [(2, 8, 9, 9), (40, 8, 3, 3), (40,)],
+               polytc.Options(parallel_min_points=1))
+    assert "lanes f" in ck.stages["tiling"] and "fold" in ck.stages["fold"]
+    stores = [ln for ln in ck.code.splitlines() if "pt_s[pt_l]" in ln]
+    assert any(ln.lstrip().startswith("O[") for ln in stores)
+
+
 def test_image_over_a_vector_wide_ends_in_a_partial_vector():
     """Between one and two vectors wide, the lanes stay on the image row, whose last
     vector is partial (masked) in the micro-kernel, not over the channels."""
