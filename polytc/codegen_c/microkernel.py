@@ -220,7 +220,7 @@ def micro_kernel(em, loops, items):
         handover = fold is not None and fold.dead and unit and _scale(sst, jvars[0]) is None
         # likewise with the result's stride: the epilogue takes each lane's value as it
         # stores it, on the last reduction tile (lanes over 32 channels, 8 x 56 pixels
-        # with a bias and ReLU: 0.69 -> 0.47 ms; the epilogue had read the result back
+        # with a bias and ReLU: 0.69 -> 0.49 ms; the epilogue had read the result back
         # and written its own with gathers and scatters)
         scatter = fold is not None and fold.dead and not unit and _scale(sst, jvars[0]) is None
         if handover:
