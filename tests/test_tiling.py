@@ -433,6 +433,21 @@ def test_channel_lanes_apply_the_epilogue_as_they_store():
     assert any(ln.lstrip().startswith("O[") for ln in stores)
 
 
+@pytest.mark.parametrize("deep", [True, False])
+def test_deep_convolution_ending_in_a_partial_vector_runs_lanes_over_channels(deep):
+    """Over two vectors wide with a partial last one (56 columns) and a deep reduction
+    (576 points): the lanes run over the output channels (the row's partial vector
+    would cost a broadcast per half-vector FMA); a shallow one keeps unit stride."""
+    from polytc.machine import host
+
+    lanes = host().lanes(4)
+    w = 2 * lanes + lanes // 2
+    c = -(-32 * lanes // 9) if deep else 4
+    ck = check(CONV_B, [(1, c, w + 2, w + 2), (4 * lanes, c, 3, 3), (4 * lanes,)],
+               polytc.Options())
+    assert ("lanes f" in ck.stages["tiling"]) == deep
+
+
 def test_image_over_a_vector_wide_ends_in_a_partial_vector():
     """Between one and two vectors wide, the lanes stay on the image row, whose last
     vector is partial (masked) in the micro-kernel, not over the channels."""
@@ -466,12 +481,13 @@ def test_pointwise_product_of_one_image_vectorises_over_its_pixels(wide):
 
 @pytest.mark.parametrize("hw", [30, 58])
 def test_batched_convolution_keeps_its_partial_vector_in_the_micro_kernel(hw):
-    """A batch of images whose rows end in a partial vector (28 or 56 wide): the image,
-    unit-stride along the row, is not packed (packed panels are whole vectors, and the
-    row's rest left the micro-kernel), as through a batch of one."""
+    """A batch of images whose rows end in a partial vector (28 or 56 wide, a shallow
+    reduction: deep ones run lanes over the channels): the image, unit-stride along the
+    row, is not packed (packed panels are whole vectors, and the row's rest left the
+    micro-kernel), as through a batch of one."""
     rng = np.random.default_rng(hw)
-    image = rng.standard_normal((4, 64, hw, hw)).astype(np.float32)
-    weights = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    image = rng.standard_normal((4, 16, hw, hw)).astype(np.float32)
+    weights = rng.standard_normal((64, 16, 3, 3)).astype(np.float32)
     k = polytc.tc(CONV)
     windows = np.lib.stride_tricks.sliding_window_view(image, (3, 3), axis=(2, 3))
     want = np.einsum("nchwij,fcij->nfhw", windows, weights, optimize=True)

@@ -272,7 +272,16 @@ class Tiler:
         strided = False
         lanes = self.machine.lanes(sst.stmt.rhs.dtype.np_dtype.itemsize)
         narrow = self.extent(sst, j_var)
-        if narrow < lanes:
+        depth = math.prod(self.extent(sst, vars_[m]) for m in red)
+        window = not all(isinstance(x, (P.Index, P.Const)) for r in reads for x in r.indices)
+        # a convolution over more than two vectors whose rows end in a partial one
+        # (56 wide), with a deep reduction: the lanes over the channels too (below),
+        # where the row's partial vector cost its 8 rows a broadcast per half-vector FMA
+        # (ResNet-18's 64-channel 3x3 convolutions on 56 x 56: 0.60 -> 0.52 ms); over
+        # 55 x 55 with 144 reduction points (SqueezeNet), and 28 or 27 wide, the
+        # unit-stride tiles stayed faster
+        tail = window and narrow % lanes and narrow > 2 * lanes and depth >= 32 * lanes
+        if narrow < lanes or tail:
             # the result's unit-stride index is narrower than a vector (the 7 or 14 wide
             # images of ResNet's later convolutions): the lanes run over the
             # widest other index of the result along which an operand can be packed
