@@ -273,7 +273,7 @@ class Tiler:
         lanes = self.machine.lanes(sst.stmt.rhs.dtype.np_dtype.itemsize)
         narrow = self.extent(sst, j_var)
         depth = math.prod(self.extent(sst, vars_[m]) for m in red)
-        window = not all(isinstance(x, (P.Index, P.Const)) for r in reads for x in r.indices)
+        window = any(_windowed(r) for r in reads)
         # a convolution over more than two vectors whose rows end in a partial one
         # (56 wide), with a deep reduction: the lanes over the channels too (below),
         # where the row's partial vector cost its 8 rows a broadcast per half-vector FMA
@@ -324,7 +324,7 @@ class Tiler:
         k_big = max(range(len(red)), key=lambda r: ext[p_red + r])
         if operand is not None and not strided and ext[p_red - 1] % lanes and \
                 operand.tensor not in self.constants and unit_stride(operand, jname) and \
-                not all(isinstance(x, (P.Index, P.Const)) for x in operand.indices):
+                _windowed(operand):
             # an image (a window read) whose rows end in a partial vector, read with unit
             # stride anyway (a batch of images): unpacked, as through a batch of one, its
             # partial vector stays in the micro-kernel (packed panels are whole vectors:
@@ -481,6 +481,12 @@ class Tiler:
                 self.report.append(Decision("promote", [s.name]))
                 return T.mark(node, "promote")
         return node
+
+
+def _windowed(read) -> bool:
+    """Whether a subscript of ``read`` is more than an index or a constant (a window of
+    a convolution: ``h + kh``)."""
+    return not all(isinstance(x, (P.Index, P.Const)) for x in read.indices)
 
 
 def _program_order(s):
