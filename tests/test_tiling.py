@@ -379,12 +379,26 @@ def test_j_tiles_waste_few_lanes():
 
 def test_partial_row_tiles_run_micro_kernels():
     """Rows that end in a partial register tile (20 in tiles of 8), in cache tiles
-    whose columns end in one too (100 in 32s): every tile is a micro-kernel, the
-    guard of the partial one's rows outside it, none runs the lane loops."""
+    whose columns end in one too (100 in 32s): every tile is a micro-kernel, none runs
+    the lane loops.  Where the rows' count depends on the outer loops, all 8 rows run,
+    those past the bound on the last valid row, and only the valid ones are stored."""
     ck = check(POINTWISE, [(20, 24), (8, 24, 100)], polytc.Options(register_tile=(8, 32)))
     body = ck.code[ck.code.index("pt_pack0["):]
     assert "omp simd" not in body and "pt_acc" not in body
-    assert body.count("pt_a0_0 =") == 4
+    assert body.count("pt_a0_0 =") == 3
+    assert "pt_a7_0 =" in body and "if (7L <= PT_MIN(7L, ((-c6) + 19L)))" in body
+
+
+def test_register_rows_are_unrolled_by_the_code_generator():
+    """The rows of a register tile stay a loop for isl (a ``rows`` mark: isl's unrolling
+    took half of its AST time) and become the micro-kernel's rows in C; a tile one
+    column wide (49 = 48 + 1: isl drops its lane loop) keeps its rows' sums in scalar
+    locals instead of memory."""
+    ck = check(POINTWISE, [(16, 24), (2, 24, 49)], polytc.Options(register_tile=(8, 48)))
+    ast = ck.stages["ast"]
+    assert "// rows:" in ast and "S0(" in ast and ast.count("S0(") <= 4
+    assert ck.code.count("pt_a7_0 +=") >= 1
+    assert "float pt_acc7 =" in ck.code
 
 
 CONV_B = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(F) b) -> (O) {

@@ -16,7 +16,7 @@ import numpy as np
 from ..lang import program as P
 from ..machine import host
 from .microkernel import const_bounds as _const_bounds
-from .microkernel import masked_moves, micro_kernel, typedefs
+from .microkernel import Row, masked_moves, micro_kernel, typedefs
 from .fold import folds_of
 from .locals import locals_of
 from .pack import PackPrinter, packs_of
@@ -77,57 +77,69 @@ class Promotion:
             n = n.for_get_body()
         if not loops:
             return None
-        kids = _children(n)
-        last = kids[-1]
-        if last.get_type() == T.if_ and not last.if_has_else_node():
-            # the rows of a partial register tile are guarded by the outer loops only
-            # (``if (c6 <= 104)``: 4 of 8 rows): the tile twice, the test outside it,
-            # so both run as micro-kernels (ShuffleNet's 116 x 196 products at batch
-            # 64, 4 columns of them: 1.65 -> 1.1 ms)
-            cond = isl_expr(last.if_get_cond())
-            iters = [self.em.for_header(lp)[0] for lp in loops]
-            first = self._items(kids[:-1])
-            more = self._items(_children(last.if_get_then_node()))
-            if _uses(cond, iters) or not first or more is None:
-                return None
-            every = self.tile(loops, first + more)
-            some = self.tile(loops, first)
-            if every is None or some is None:
-                return None
-            return [c.If(cond, c.Block(every), c.Block(some))]
-        items = self._items(kids)
+        if n.get_type() == T.mark and n.mark_get_id().get_name().startswith("rows:"):
+            items = self._rows(n, loops)
+        else:
+            items = self._items(_children(n))
         return None if items is None else self.tile(loops, items)
+
+    def _rows(self, mark, loops):
+        """The rows of a register tile under a ``rows:<depth>:<MR>`` mark, unrolled: the
+        row loop's iterator replaced by each value.  A loop whose upper bound depends on
+        outer loops (a partial tile: ``c13 <= min(7, 104 - c6)``) gives ``MR`` rows, each
+        at ``min(row, bound)`` (the last row again past the bound: every access stays in
+        bounds) and stored only up to the bound (``Row.guard``)."""
+        count = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
+        body = mark.mark_get_node()
+        if body.get_type() != isl.ast_node_type.for_:  # one row: isl dropped the loop
+            return self._items(_children(body))
+        items = self._items(_children(body.for_get_body()))
+        if items is None:
+            return None
+        it = self.em.for_header(body)[0]
+        lo, hi = _const_bounds(body)
+        if lo is not None:
+            return [r._replace(at={it: f"{v}L"}) for v in range(lo, hi + 1) for r in items]
+        init, cond = body.for_get_init(), body.for_get_cond()
+        if init.get_type() != isl.ast_expr_type.int or \
+                cond.get_type() != isl.ast_expr_type.op or cond.op_get_type() != _OP.le:
+            return None
+        lo = init.int_get_val().to_python()
+        bound = isl_expr(cond.op_get_arg(1))
+        iters = [self.em.for_header(lp)[0] for lp in loops]
+        if _uses(bound, iters + [it]):
+            return None
+        return [r._replace(at={it: f"{v}L" if v == lo else f"PT_MIN({v}L, {bound})"},
+                           guard=None if v == lo else f"{v}L <= {bound}")
+                for v in range(lo, lo + count) for r in items]
 
     @staticmethod
     def _items(kids):
-        """``(inner simd loop or None, user node)`` per row of a register tile, or None
-        when a node is something else."""
+        """A ``Row`` (inner simd loop or None, user node) per row of a register tile, or
+        None when a node is something else."""
         T = isl.ast_node_type
         items = []
         for k in kids:
             inner = None
             if k.get_type() == T.mark and k.mark_get_id().get_name().startswith("simd:"):
-                inner = k.mark_get_node()
-                if inner.get_type() != T.for_ or inner.for_get_body().get_type() != T.user:
-                    return None
-                user = inner.for_get_body()
-            elif k.get_type() == T.user:
-                user = k
-            else:
+                k = k.mark_get_node()  # a user node: isl dropped a one-lane loop
+                if k.get_type() == T.for_:
+                    inner, k = k, k.for_get_body()
+            if k.get_type() != T.user:
                 return None
-            items.append((inner, user))
+            items.append(Row(inner, k))
         return items
 
     def tile(self, loops, items):
         """The promoted code of the rows ``items`` under the reduction ``loops``."""
         vector = micro_kernel(self.em, loops, items)
-        if vector is not None:
+        if vector is not None or any(r.guard for r in items):
             return vector
         iters = [self.em.for_header(lp)[0] for lp in loops]
         red, flag = self._simd_reduction(items)
         decls, pro, body, epi, post = [], [], [], [], []
-        for u, (inner, user) in enumerate(items):
-            sst, printer = self.em.instance(user)
+        for u, (inner, user, at, _) in enumerate(items):
+            sst, printer = self.em.instance(user, at)
             st = sst.stmt
             if sst.kind != "body" or st.op is None or any(
                     r.tensor == st.tensor for r in P.reads(st.rhs)):
@@ -235,9 +247,9 @@ class Promotion:
         results in any order, and a comparison drops a NaN): a NaN operand sets the flag
         (an ``|`` reduction) and the result is NaN.  Then combining partial results in
         any order gives the sequential result."""
-        if len(items) != 1 or items[0][0] is not None:
+        if len(items) != 1 or items[0].inner is not None:
             return None, None
-        sst, _ = self.em.instance(items[0][1])
+        sst, _ = self.em.instance(items[0].user)
         op = sst.stmt.op
         red = self.em.reduction_pragma(op, "pt_acc0")
         if red and self.em.omp_reductions and op in ("min", "max") \
@@ -318,6 +330,8 @@ class CEmitter:
                 promoted = Promotion(self, n.mark_get_node()).emit()
                 if promoted is not None:
                     return promoted
+            if kind == "rows":
+                return self.unrolled(n.mark_get_node())
             text = self.pragma(kind)
             if kind != "parallel" or not text:
                 return self.node(n.mark_get_node(), pragma=(text, f"c{depth}") if text else None)
@@ -365,6 +379,19 @@ class CEmitter:
                 return self.folds[sst.name].instance(self, sst, printer)
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
+
+    def unrolled(self, n) -> list:
+        """A loop of constant bounds (the rows of a register tile that is not a
+        micro-kernel) as a block per iteration, its iterator a constant there."""
+        lo, hi = _const_bounds(n) if n.get_type() == isl.ast_node_type.for_ else (None, None)
+        if lo is None:
+            return self.node(n)
+        it = self.for_header(n)[0]
+        self.iters.append(it)
+        out = [c.Block([c.Statement(f"const long {it} = {v}L")] + self.node(n.for_get_body()))
+               for v in range(lo, hi + 1)]
+        self.iters.pop()
+        return out
 
     def outline(self, body: list, iters: list):
         """The body of a parallel loop as a call of a static function whose pointer
@@ -419,11 +446,14 @@ class CEmitter:
         init, cond = isl_expr(n.for_get_init()), _strip(isl_expr(n.for_get_cond()))
         return it, (f"long {it} = {init}", cond, f"{it} += {isl_expr(n.for_get_inc())}")
 
-    def instance(self, user_node):
-        """The ScopStmt and an expression printer of one statement instance."""
+    def instance(self, user_node, at=None):
+        """The ScopStmt and an expression printer of one statement instance; ``at``:
+        loop iterator -> the C text that replaces it (an unrolled row's value)."""
         call = user_node.user_get_expr()
         sst = self.by_name[call.op_get_arg(0).id_get_id().get_name()]
         args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
+        for it, value in (at or {}).items():
+            args = [re.sub(rf"\b{it}\b", value, a) for a in args]
         return sst, self.printer(sst, dict(zip(sst.vars, args)))
 
     def printer(self, sst, vars: dict) -> ExprPrinter:

@@ -215,8 +215,8 @@ class GpuEmitter(CEmitter):
         sst, printer = self.instance(n)
         return [c.Statement(statement_code(sst, printer).rstrip(";"))]
 
-    def instance(self, user_node):
-        sst, p = super().instance(user_node)
+    def instance(self, user_node, at=None):
+        sst, p = super().instance(user_node, at)
         return sst, GpuPrinter(self.dialect, self.shared, p.shapes, p.env, p.vars, p.guarded,
                                p.sites)
 

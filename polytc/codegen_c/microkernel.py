@@ -25,6 +25,7 @@ pattern does not hold, ``None`` and the loops are generated as they are.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import cgen as c
 import islpy as isl
@@ -147,11 +148,21 @@ def _scale(sst, jvar: str):
     return product(fixed), product(rest)
 
 
+class Row(NamedTuple):
+    """One row of a register tile: its ``simd`` loop (None: a scalar row), the statement
+    instance, the iterators the row fixes (iterator -> C text: ``Promotion._rows``) and
+    the condition under which it is stored (None: always)."""
+    inner: object
+    user: object
+    at: dict | None = None
+    guard: str | None = None
+
+
 def micro_kernel(em, loops, items):
     """The vector code of a register tile (see the module's text), or None."""
-    if not em.vectorize or not items or any(inner is None for inner, _ in items):
+    if not em.vectorize or not items or any(r.inner is None for r in items):
         return None
-    bounds = {const_bounds(inner) for inner, _ in items}
+    bounds = {const_bounds(r.inner) for r in items}
     if len(bounds) != 1:
         return None
     lo, hi = bounds.pop()
@@ -159,8 +170,8 @@ def micro_kernel(em, loops, items):
         return None
     width = hi - lo + 1
     rows = []
-    for inner, user in items:
-        sst, printer = em.instance(user)
+    for inner, user, at, _ in items:
+        sst, printer = em.instance(user, at)
         st = sst.stmt
         if sst.kind != "body" or st.op != "+" or not st.rhs.dtype.is_float or \
                 not _vectorisable(st.rhs) or any(r.tensor == st.tensor for r in P.reads(st.rhs)):
@@ -188,7 +199,9 @@ def micro_kernel(em, loops, items):
     iters = [em.for_header(lp)[0] for lp in loops]
     decls, body, epi, post = [], [], [], []
     direct, stores = [], []  # (see ``handover``)
+    starts = []  # per row: where its code starts in epi, post, direct, stores
     for u, (inner, sst, printer) in enumerate(rows):
+        starts.append((len(epi), len(post), len(direct), len(stores)))
         lane, header = em.for_header(inner)
         fold = em.folds.get(sst.name)  # the folded init and epilogue (``fold.py``)
         ends = fold.tile_conditions(em, loops, printer.vars) if fold else None
@@ -292,6 +305,15 @@ def micro_kernel(em, loops, items):
                 stored = c.If(ends[1], c.For(*lanes_loop, c.Block(
                     fold.epilogue(em, at_lane, value=value))), stored)
             epi.append(c.Block([c.Statement(buf), c.Statement(keep), stored]))
+    # the rows of a partial tile past its bound (``Row.guard``) compute the last row
+    # again and store nothing
+    parts = (epi, post, direct, stores)
+    for u in reversed(range(len(rows))):
+        for k, part in enumerate(parts):
+            start = starts[u][k]
+            end = starts[u + 1][k] if u + 1 < len(rows) else len(part)
+            if items[u].guard and end > start:
+                part[start:end] = [c.If(items[u].guard, c.Block(part[start:end]))]
     em.vector_types.add((ctype, lanes, itemsize))
     if tail:
         em.vector_types.add((ctype, part_lanes, itemsize))

@@ -20,6 +20,7 @@ MARKS = {
     "parallel": "loop c{d} runs in parallel threads",
     "simd": "loop c{d} is the vectorised innermost loop",
     "promote": "below loop c{d}: the reduction accumulates in local variables",
+    "rows": "loop c{d}: the rows of a register tile, unrolled by the code generator",
     "kernel": "accelerator kernel {d}",
     "block": "loops from c{d}: mapped to work-groups / thread blocks",
     "thread": "loops from c{d}: mapped to work-items / threads",
