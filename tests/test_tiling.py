@@ -401,6 +401,16 @@ def test_register_rows_are_unrolled_by_the_code_generator():
     assert "float pt_acc7 =" in ck.code
 
 
+def test_register_rows_outside_a_micro_kernel_are_unrolled():
+    """Rows whose lane loop has a bound that depends on the outer loops (a partial
+    column tile: no micro-kernel) are still unrolled, each a block where the row's
+    iterator is a constant (as isl's unrolling wrote them)."""
+    ck = check(POINTWISE, [(20, 24), (8, 24, 100)],
+               polytc.Options(register_tile=(8, 32), tile=(16, 48, 24)))
+    assert "const long c9 = 0L;" in ck.code and "const long c9 = 3L;" in ck.code
+    assert "for (long c9 =" not in ck.code
+
+
 CONV_B = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(F) b) -> (O) {
     O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
     O(n, f, h, w) = O(n, f, h, w) + b(f)

@@ -308,10 +308,9 @@ def micro_kernel(em, loops, items):
     # the rows of a partial tile past its bound (``Row.guard``) compute the last row
     # again and store nothing
     parts = (epi, post, direct, stores)
-    for u in reversed(range(len(rows))):
-        for k, part in enumerate(parts):
-            start = starts[u][k]
-            end = starts[u + 1][k] if u + 1 < len(rows) else len(part)
+    stops = starts[1:] + [tuple(map(len, parts))]
+    for u in reversed(range(len(rows))):  # (last first: earlier slices keep their place)
+        for part, start, end in zip(parts, starts[u], stops[u]):
             if items[u].guard and end > start:
                 part[start:end] = [c.If(items[u].guard, c.Block(part[start:end]))]
     em.vector_types.add((ctype, lanes, itemsize))
