@@ -102,6 +102,11 @@ def qkt(float(B,S,D) Q, float(B,T,D) K) -> (P) {
     P(b, s, t) +=! Q(b, s, d) * K(b, t, d)
 }"""
 
+GEVM = """
+def gevm(float(K,N) A, float(K) x) -> (y) {
+    y(n) +=! x(k) * A(k, n)
+}"""
+
 GEMV = """
 def gemv(float(M,K) A, float(K) x) -> (y) {
     y(m) +=! A(m, k) * x(k)
@@ -298,6 +303,11 @@ def benches() -> list:
         lambda A, x: A @ x, lambda A, x: _t().mv(A, x),
         lambda A, x: ([_node("MatMul", ["A", "x"], ["Y0"])], 18),
         lambda A, x: 2 * A.size, membound=True, sizes="M=K=4096"))
+    b.append(Bench(
+        "gevm", GEVM, lambda r: [f32(r, 4096, 4096), f32(r, 4096)], ["A", "x"],
+        lambda A, x: x @ A, lambda A, x: _t().mv(A.t(), x),
+        lambda A, x: ([_node("MatMul", ["x", "A"], ["Y0"])], 18),
+        lambda A, x: 2 * A.size, membound=True, sizes="x A, K=N=4096"))
     b.append(Bench(
         "bmm", BMM, lambda r: [f32(r, 64, 128, 128), f32(r, 64, 128, 128)], ["X", "Y"],
         np.matmul, lambda X, Y: _t().bmm(X, Y),

@@ -28,7 +28,7 @@ from .diagnostics import ScheduleError
 from .poly import handsched as H
 from .poly import legality as L
 from .poly.recipe import member_exprs, _expr_text, _sorted, _stmt_text
-from .poly.schedule import has_contraction
+from .poly.schedule import has_contraction, strided_reduction
 from .machine import host
 from .poly.transform import statements_below
 
@@ -129,9 +129,19 @@ class _Explainer:
             return "program order (the scheduler is disabled)"
         if f != "auto":
             return f"isl's scheduler with fusion='{f}' (your option)"
-        why = ("'preserve', as the program has a contraction (fusing around it would "
-               "prevent tiling it)" if has_contraction(self.scop) else
-               "'max' (row-wise program: no contraction)")
+        strided = strided_reduction(self.scop)
+        if has_contraction(self.scop):
+            why = ("'preserve', as the program has a contraction (fusing around it would "
+                   "prevent tiling it)")
+        elif strided is not None:
+            why = (f"'preserve', as {self.label(strided[0])} reduces down the columns of "
+                   f"'{strided[1]}' (fused row by row, its inner loop would stride through "
+                   "memory)")
+        elif self.b.fusion == "preserve":
+            why = ("'preserve', as fusing the rows ('max') would make the outermost loop "
+                   "sequential")
+        else:
+            why = "'max' (row-wise program: no contraction)"
         return f"isl's scheduler with fusion='auto', which chose {why}"
 
     def fusion(self):

@@ -78,6 +78,23 @@ def test_matmul_relu_with_the_cost_model(ab):
     one(e3.about("fusion"), "fusion='min' never fuses statements")
 
 
+@pytest.mark.parametrize("body", ["A(i, j) * t(i)", "A(i, j)"])
+def test_a_reduction_down_the_columns_is_not_fused_row_by_row(body):
+    """y(j) += A(i, j) * t(i) fused row by row (over j) strides through A in its reduction
+    loop (75x slower at 2048x2048): 'auto' keeps isl's band, which the tiler interchanges
+    so that the loop over j is the vector loop."""
+    rng = np.random.default_rng(0)
+    A, t = rng.random((67, 45), dtype=np.float32), rng.random(67, dtype=np.float32)
+    src = f"def vm(float(M,N) A, float(M) t) -> (y) {{ y(j) +=! {body} }}"
+    k = polytc.tc(src)
+    e = k.explain(A, t, vectorizer=False)
+    one(e.about("fusion"), "fusion='auto', which chose 'preserve', as S0 (line 1: y(j) += "
+                           "A(i, j)", "reduces down the columns of 'A' (fused row by row")
+    one(e.about("parallel"), "The loop over j mod", "(S0) is parallel and vectorised")
+    want = t @ A if "t(i)" in body else A.sum(0)
+    np.testing.assert_allclose(k(A, t), want, rtol=1e-5)
+
+
 def test_softmax():
     X = np.random.default_rng(0).random((256, 128), dtype=np.float32)
     e = polytc.tc(SOFTMAX).explain(X, vectorizer=False)

@@ -18,7 +18,7 @@ import islpy as isl
 from .. import config
 from ..lang import program as P
 from .schedule import (Dependences, has_contraction, member_coefficients, program_order,
-                       reduction_members_serial, run_scheduler)
+                       reduction_members_serial, run_scheduler, strided_reduction)
 from .scop import Scop
 
 
@@ -26,14 +26,17 @@ def isl_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> tup
     """``(schedule, strategy)``: isl's schedule and the strategy that made it, before
     the ``fuse_outer`` and ``serial_reductions`` passes.  ``auto`` is ``preserve`` for
     programs with a contraction (fusing the rows of two matmuls prevents tiling them),
-    else ``max`` unless that makes the outermost loop sequential (a reduction fused
-    outside: atax), then ``preserve``.  When isl runs out of budget, ``max`` falls back to
+    else ``max`` unless a reduction reads a tensor down its columns (``strided_reduction``:
+    fused row by row, its inner loop would stride through memory) or ``max`` makes the
+    outermost loop sequential (a reduction fused outside: atax), then ``preserve``.  When isl runs out of budget, ``max`` falls back to
     ``preserve`` and the others to program order (always legal; strategy ``program``)."""
     if fusion == "auto":
         if has_contraction(scop):
             batched = batch_fused(scop, deps)
             if batched is not None:
                 return batched, "max"
+            return isl_schedule(scop, deps, "preserve")
+        if strided_reduction(scop) is not None:
             return isl_schedule(scop, deps, "preserve")
         fused, used = isl_schedule(scop, deps, "max")
         if used != "max":

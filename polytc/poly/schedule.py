@@ -131,6 +131,29 @@ def has_contraction(scop: Scop) -> bool:
     return False
 
 
+def strided_reduction(scop: Scop) -> tuple | None:
+    """``(statement, tensor)`` of a reduction that reads a tensor down its columns: the
+    tensor's last (contiguous) subscript uses result indices only and another subscript
+    a reduced one (``y(j) +=! A(i, j) * t(i)``, a column sum).  Fused row by row, each
+    result's reduction loop would stride through the tensor a row length at a time (a
+    vector-matrix product 75x slower than isl's own band, which the tiler interchanges);
+    None when no reduction does so."""
+    from ..lang import program as P
+
+    for s in scop.stmts:
+        st = s.stmt
+        reduced = set(st.reduction_vars)
+        if s.kind != "body" or not reduced:
+            continue
+        for r in P.reads(st.rhs):
+            if len(r.indices) < 2:
+                continue
+            last = P.index_names(r.indices[-1])
+            if last and not last & reduced and reduced & P.index_names(*r.indices[:-1]):
+                return s.name, r.tensor
+    return None
+
+
 def configure(ctx: isl.Context, fusion: str, contraction: bool = False) -> None:
     """isl scheduler options for a fusion strategy (see docs/scheduling.md); a program
     with a contraction gets no shifts (its band is tiled as it is)."""
