@@ -364,6 +364,11 @@ class _Explainer:
                 self.say("vectorize", f"The innermost loop of {', '.join(entry.subjects)} is "
                          "parallel and unit-stride for the writes: marked omp simd.",
                          str(entry))
+            elif kind == "transpose":
+                self.say("tiling", f"{self.label(entry.subject)} writes along one index and "
+                         "reads along another (a transpose): tiles of "
+                         f"{'x'.join(map(str, entry.facts['tile']))} keep the lines the reads touch in L1 while "
+                         "the rows of a tile are written.", str(entry))
             elif kind == "sink":
                 d = entry.facts
                 self.say("vectorize", f"{', '.join(entry.subjects)}: a window of {d['window']} "
@@ -374,7 +379,7 @@ class _Explainer:
                 self.say("vectorize", f"{self.label(entry.subject)}: its innermost loop is a "
                          "reduction into one element, accumulated in a register (a "
                          "vectorised reduction for + and *).", str(entry))
-        if not any(e.kind == "contraction" for e in self.b.tiling):
+        if not any(e.kind in ("contraction", "transpose") for e in self.b.tiling):
             split = any(e.kind == "split" for e in self.b.tiling)
             why = ("your hand schedule decides the tiles" if o.schedule else
                    "tiling is switched off (Options(tile=()))" if o.tile == () else

@@ -9,7 +9,7 @@ from typing import Mapping
 
 #: what a decision can be: the tiler's, then the mapper's
 KINDS = ("split", "contraction", "pack", "contract", "fold", "simd", "promote", "sink",
-         "threads",
+         "transpose", "threads",
          "one block", "groups")
 _SIZES = ("cache", "register", "panel", "tile", "block", "reduction_tile")  # printed as 32x32
 
@@ -25,6 +25,8 @@ class Decision:
     #: ``contract`` (a temporary kept per parallel iteration): ``loop``, ``buffer``;
     #: ``fold`` (a contraction's init and epilogue in its register tiles): ``init``,
     #: ``epilogue`` (statement names or None);
+    #: ``transpose`` (square tiles of a band that writes along one index and reads
+    #: along another): ``tile``;
     #: ``split``: ``groups`` (statement names per new band); ``threads``:
     #: ``tile``, ``block``, ``reduction_tile``; ``one block``: ``block``; ``groups``: ``grid``
     facts: Mapping = field(default_factory=lambda: MappingProxyType({}))

@@ -165,6 +165,9 @@ class Tiler:
         inner = self.innermost(node)
         for i in range(node.n_children()):
             node = self.visit(node.child(i)).parent()
+        if inner:
+            node = self.transpose_tiles(node, ssts, mv, coinc)
+            ssts, mv, coinc = self.facts(node)
         if inner and self.options.vectorize:
             node = self.mark_inner(node, ssts, mv, coinc)
         return self.climb(node, depth)
@@ -457,6 +460,45 @@ class Tiler:
                 window *= self.extent(body, v)
         lanes = self.machine.lanes(body.stmt.rhs.dtype.np_dtype.itemsize)
         return window if self.extent(body, last) >= lanes and window <= 64 else None
+
+    def transpose_tiles(self, node, ssts, mv, coinc):
+        """A parallel band whose last member runs the written tensors' last index while
+        a read runs its own last index through another member (a transpose,
+        ``B(j, i) = A(i, j)``): the loop along the written rows reads one element per
+        row of the input, and a row length that is a power of two maps every one of
+        them to the same few cache sets (2048x2048: 12 ms, 3 GB/s).  Tiled into squares
+        of ``T x T`` (both members), the lines a tile reads stay in L1 while the tile
+        writes its rows.  The point band below the tile band, or ``node``."""
+        n = len(coinc)
+        if n < 2 or not all(coinc) or self.options.tile == ():
+            return node
+        last = n - 1
+        pairs = set()
+        for s in ssts:
+            if mv[s.name][last] is None or mv[s.name][last] != self.target_var(s):
+                return node
+            for r in P.reads(s.stmt.rhs):
+                if len(r.indices) < 2 or not isinstance(r.indices[-1], P.Index):
+                    continue
+                v = s.vars.index(r.indices[-1].name) if r.indices[-1].name in s.vars \
+                    else None
+                m = mv[s.name].index(v) if v is not None and v in mv[s.name] else None
+                if m is not None and m != last:
+                    pairs.add(m)
+        if len(pairs) != 1:
+            return node
+        m = pairs.pop()
+        itemsize = max(s.stmt.rhs.dtype.np_dtype.itemsize for s in ssts)
+        size = max(8, 64 // itemsize)  # a cache line of each row per tile row
+        ext = [min(self.extent(s, mv[s.name][k]) for s in ssts) if
+               all(mv[s.name][k] is not None for s in ssts) else 0 for k in range(n)]
+        if ext[m] < 2 * size or ext[last] < 2 * size:
+            return node
+        sizes = [1] * n
+        sizes[m] = sizes[last] = size
+        self.report.append(Decision("transpose", [s.name for s in ssts],
+                                    {"tile": (size, size)}))
+        return T.tile(node, sizes).child(0)
 
     def mark_inner(self, node, ssts, mv, coinc):
         n = len(coinc)
