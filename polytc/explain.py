@@ -365,10 +365,11 @@ class _Explainer:
                          "parallel and unit-stride for the writes: marked omp simd.",
                          str(entry))
             elif kind == "transpose":
+                tile = "x".join(map(str, entry.facts["tile"]))
                 self.say("tiling", f"{self.label(entry.subject)} writes along one index and "
-                         "reads along another (a transpose): tiles of "
-                         f"{'x'.join(map(str, entry.facts['tile']))} keep the lines the reads touch in L1 while "
-                         "the rows of a tile are written.", str(entry))
+                         f"reads along another (a transpose): tiles of {tile} keep the lines "
+                         "the reads touch in L1 while the rows of a tile are written.",
+                         str(entry))
             elif kind == "sink":
                 d = entry.facts
                 self.say("vectorize", f"{', '.join(entry.subjects)}: a window of {d['window']} "

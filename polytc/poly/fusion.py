@@ -28,8 +28,9 @@ def isl_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> tup
     programs with a contraction (fusing the rows of two matmuls prevents tiling them),
     else ``max`` unless a reduction reads a tensor down its columns (``strided_reduction``:
     fused row by row, its inner loop would stride through memory) or ``max`` makes the
-    outermost loop sequential (a reduction fused outside: atax), then ``preserve``.  When isl runs out of budget, ``max`` falls back to
-    ``preserve`` and the others to program order (always legal; strategy ``program``)."""
+    outermost loop sequential (a reduction fused outside: atax), then ``preserve``.  When
+    isl runs out of budget, ``max`` falls back to ``preserve`` and the others to program
+    order (always legal; strategy ``program``)."""
     if fusion == "auto":
         if has_contraction(scop):
             batched = batch_fused(scop, deps)
