@@ -734,3 +734,16 @@ def test_transposes_run_in_square_tiles(src, shapes, tiled):
         assert found[0].facts["tile"] == (16, 16)
         assert Decision("simd", ["S0"]) in b.tiling
     check(src, shapes, k.options)
+
+
+@pytest.mark.parametrize("hw,op", [(14, "+"), (7, "*"), (4, "+")])
+def test_nested_sum_accumulates_per_lane_of_its_inner_loop(hw, op):
+    """A sum over a nest of short constant loops (a global average pool over 14x14):
+    one accumulator per iteration of the inner loop, vectorised along it, instead of
+    gcc's collapse, which splits every element's indices with divisions (10x slower);
+    a power of two below a vector (8x8 on AVX-512) stays collapsed."""
+    lanes = not (hw < polytc.machine.host().lanes(4) and hw & (hw - 1) == 0)
+    src = (f"def gap(float(N,C,H,W) X) -> (Y) {{ Y(n, c) {op}=! X(n, c, h, w) / 2 }}")
+    ck = check(src, [(3, 5, hw, hw)], polytc.Options(), rtol=1e-3)
+    assert ("pt_lane_pt_acc0" in ck.code) == lanes
+    assert ("collapse(2)" in ck.code) != lanes
