@@ -209,6 +209,8 @@ MATMUL_NT = """
 def mm_nt(float(M,K) A, float(N,K) B) -> (C) {
     C(m, n) +=! A(m, k) * B(n, k)
 }"""
+SYRK = "def syrk(float(M,K) A) -> (C) { C(i, j) +=! A(i, k) * A(j, k) }"
+
 QKT = """
 def qkt(float(B,S,D) Q, float(B,T,D) K) -> (P) {
     P(b, s, t) +=! Q(b, s, d) * K(b, t, d)
@@ -221,6 +223,8 @@ def qkt(float(B,S,D) Q, float(B,T,D) K) -> (P) {
     (MATMUL_NT, [(70, 33), (150, 33)], dict(M=70, K=33, N=150), "B", "transposing"),
     (QKT, [(3, 21, 19), (3, 130, 19)], dict(B=3, S=21, D=19, T=130), "K", "transposing"),
     (BMM, [(3, 13, 9), (3, 9, 70)], dict(B=3, M=13, K=9, N=70), "Y", "contiguous"),
+    # A A^T reads one tensor twice: its second read is packed (was not tiled: 4.5x)
+    (SYRK, [(70, 33)], dict(M=70, K=33), "A", "transposing"),
 ])
 @pytest.mark.parametrize("options", [SMALL, polytc.Options()], ids=["small-tiles", "model"])
 def test_contraction_operand_packed(src, shapes, env, tensor, copy, options):
@@ -234,6 +238,13 @@ def test_contraction_operand_packed(src, shapes, env, tensor, copy, options):
     assert packs[0].facts["copy"] == copy
     assert "extension" in b.stages["schedule"] and "pt_pack0" in b.stages["c"]
     assert "pt_a0_0 +=" in ck.code  # the explicit-vector micro-kernel
+
+
+def test_one_read_of_a_tensor_read_twice_is_packed_once_before_the_call():
+    k = polytc.tc(SYRK, options=polytc.Options(constants=("A",)))
+    A = np.random.default_rng(3).standard_normal((70, 45)).astype(np.float32)
+    np.testing.assert_allclose(k(A), A @ A.T, rtol=1e-4, atol=1e-4)
+    assert k.specialize(A).prepacked  # the copy of A(j, k) made once; A(i, k) read as is
 
 
 def test_packed_operand_strided_and_unaligned_inputs():

@@ -214,6 +214,8 @@ def micro_kernel(em, loops, items):
         for r in P.reads(sst.stmt.rhs):
             packed = printer.packed.get(r.tensor) if isinstance(printer, PackPrinter) \
                 else None
+            if packed is not None and packed.read is not r:
+                packed = None  # another read of the packed tensor
             stride = _lane_stride(r, jvars[0]) if packed is None else \
                 int(packed.sst.vars[packed.jvar] == jvars[0])
             if stride is None:

@@ -36,7 +36,7 @@ class Packed:
         self.kt = 1
         for _v, t in self.red:
             self.kt *= t
-        self.read = next(r for r in P.reads(sst.stmt.rhs) if r.tensor == self.tensor)
+        self.read = P.reads(sst.stmt.rhs)[f["_read"]]
         #: packed once, before the first call (``tiling.pack.prepack_box``)
         self.box = f.get("_box")
         self.tiles = f.get("_tiles", ())
@@ -149,13 +149,14 @@ class PackPrinter(ExprPrinter):
 
     def __init__(self, packed: dict, *args):
         super().__init__(*args)
-        self.packed = packed  # tensor -> Packed
+        self.packed = packed  # tensor -> Packed (of one of its reads)
         #: iterators of the loops of a register tile (see ``Packed.read_at``)
         self.inner: tuple = ()
 
     def read(self, e) -> str:
-        if e.tensor in self.packed:
-            return self.packed[e.tensor].read_at(self.vars, self.inner)
+        p = self.packed.get(e.tensor)
+        if p is not None and e is p.read:
+            return p.read_at(self.vars, self.inner)
         return super().read(e)
 
 

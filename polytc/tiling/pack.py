@@ -38,17 +38,21 @@ from .decisions import Decision
 
 def vector_operand(sst, j, i):
     """The read of a contraction that packing copies: the one read depending on the
-    index ``j`` (and not on ``i``), of a tensor read once, with no run-time check; else
-    None."""
+    index ``j`` (and not on ``i``), with no run-time check; else None."""
     reads = P.reads(sst.stmt.rhs)
     found = [r for r in reads if j in P.index_names(*r.indices)]
     if len(found) != 1:
         return None
     r = found[0]
-    if i in P.index_names(*r.indices) or id(r) in sst.guarded or \
-            sum(x.tensor == r.tensor for x in reads) != 1 or not r.indices:
+    if i in P.index_names(*r.indices) or id(r) in sst.guarded or not r.indices:
         return None
     return r
+
+
+def read_position(sst, read) -> int:
+    """Which of the statement's reads ``read`` is (a tensor may be read twice: the
+    packed read of ``C(i, j) += A(i, k) * A(j, k)`` is the second)."""
+    return next(n for n, r in enumerate(P.reads(sst.stmt.rhs)) if r is read)
 
 
 
@@ -156,6 +160,7 @@ def pack(node, sst, read, members, cache, jpos, nr, count, outer=None, constant=
             size *= n
         facts = {"tensor": read.tensor, "buffer": f"pt_{name}", "panel": (kt, nr),
                  "panels": tj // nr, "copy": "once", "_name": name, "_j": j,
+                 "_read": read_position(sst, read),
                  "_red": tuple(red), "_tj": tj, "_nr": nr, "_pos": (), "_box": box,
                  "_tiles": tuple(tiles), "_size": size}
         return node, Decision("pack", [sst.name], facts)
@@ -193,6 +198,7 @@ def pack(node, sst, read, members, cache, jpos, nr, count, outer=None, constant=
     node = node.graft_before(graft.root())
     facts = {"tensor": read.tensor, "buffer": f"pt_{name}", "panel": (kt, nr),
              "panels": tj // nr, "copy": "contiguous" if contig_j or not inner else
-             "transposing", "_name": name, "_j": j, "_red": tuple(red), "_tj": tj,
+             "transposing", "_name": name, "_j": j, "_read": read_position(sst, read),
+             "_red": tuple(red), "_tj": tj,
              "_nr": nr, "_pos": tuple(sorted(pos.items()))}
     return node, Decision("pack", [sst.name], facts)
