@@ -133,9 +133,16 @@ def test_division_by_a_row_invariant_is_a_reciprocal_multiplication():
     assert "1.0f /" not in exact.code and "/ pt_l_s[0])" in exact.code
 
 
-def test_reduction_over_a_whole_nest_is_one_vector_reduction():
-    ck = run(GROUPNORM, [(2, 3, 4, 5, 16), (3, 4), (3, 4)])
-    assert "reduction(+:pt_acc0) collapse(3)" in ck.code
+@pytest.mark.parametrize("w", [4, 16])
+def test_reduction_over_a_whole_nest_is_one_vector_reduction(w):
+    """Rows narrower than a vector by a power of two: one reduction over the collapsed
+    nest; else an accumulator per lane of the rows (``_lane_sum``)."""
+    from polytc.machine import host
+
+    ck = run(GROUPNORM, [(2, 3, 4, 5, w), (3, 4), (3, 4)])
+    collapsed = w < host().lanes(4)
+    assert ("reduction(+:pt_acc0) collapse(3)" in ck.code) == collapsed
+    assert ("pt_lane_pt_acc0" in ck.code) != collapsed
 
 
 @pytest.mark.parametrize("d", [200, 256, 127])

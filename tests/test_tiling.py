@@ -758,3 +758,25 @@ def test_nested_sum_accumulates_per_lane_of_its_inner_loop(hw, op):
     ck = check(src, [(3, 5, hw, hw)], polytc.Options(), rtol=1e-3)
     assert ("pt_lane_pt_acc0" in ck.code) == lanes
     assert ("collapse(2)" in ck.code) != lanes
+
+
+@pytest.mark.parametrize("src,shape", [
+    ("def dot(float(N) a, float(N) b) -> (s) { s +=! a(i) * b(i) }", (1 << 17) + 37),
+    ("def total(float(M,N) A) -> (s) { s +=! A(i, j) }", (300, 301)),
+])
+def test_a_big_sum_outside_every_loop_is_shared_by_the_threads(src, shape):
+    """A dot product or the sum of a whole tensor has no parallel loop: its terms are
+    split among the threads (an OpenMP reduction), each summing its share in vectors."""
+    rng = np.random.default_rng(0)
+    k = polytc.tc(src)
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in k.program.inputs]
+    want = np.sum(np.prod(np.stack([a.astype(np.float64) for a in args]), axis=0))
+    for options, shared in [(polytc.Options(num_threads=2), True),
+                            (polytc.Options(num_threads=2, parallel=False), False),
+                            (polytc.Options(num_threads=1), False)]:
+        k = polytc.tc(src, options=options)
+        np.testing.assert_allclose(k(*args), want, rtol=1e-4)
+        code = k.specialize(*args).code
+        assert ("omp parallel" in code) == shared
+    small = [a[:100] for a in args]
+    assert "omp parallel" not in polytc.tc(src).specialize(*small).code

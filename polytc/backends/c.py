@@ -35,7 +35,8 @@ class C(Backend):
             # only an explicit count is a num_threads clause: the environment's is the
             # team size OpenMP starts with, which a model's run may lower (governor.py)
             em = CEmitter(b.scop, b.options.num_threads,
-                          b.options.vectorize, decisions, b.options.reciprocal)
+                          b.options.vectorize, decisions, b.options.reciprocal,
+                          parallel_sum=_parallel_sum(b.options))
             code = em.function(b.ast, FUNCTION_NAME, b.fills)
             if not em.escaped:
                 break
@@ -93,3 +94,13 @@ def align_inputs(b) -> list:
 
 
 BACKEND = C()
+
+
+def _parallel_sum(options) -> int | None:
+    """The fewest terms of a sum outside every loop that the threads share, or None
+    (parallel loops switched off, or one thread)."""
+    from ..machine import threads
+
+    if not options.parallel or threads(options.num_threads) < 2:
+        return None
+    return max(options.parallel_min_points, 1 << 16)
