@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import re
+
 import islpy as isl
 import numpy as np
 import pytest
@@ -104,6 +106,22 @@ def test_model_weights_packed_when_the_plan_is_made(model, native):
     assert plan.prepacked  # group -> its weights' packed copies
     for name, ck in plan.kernels.items():  # one copy per weight, however many steps
         assert len(ck.prepacked) == len({i for i, _n, _f in ck.prepacked}), name
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_transposed_constant_weights_of_a_large_batch_are_not_copied_per_run():
+    """Gemm transB=1 at 64 rows: the weights are packed once, transposing, into the
+    micro-panels; no transposed copy of them runs in the group at every call."""
+    m = ex.mlp_gemm(64, (40, 48, 7))
+    feeds = ex.example_inputs(m, seed=3)
+    sess = polytc.onnx.compile(m)
+    got = sess.run(None, feeds)
+    (plan,) = sess._plans.values()
+    for ck in plan.kernels.values():  # the weights read as they are, W(i1, r0)
+        assert not re.search(r"\(i0, i1\) = a\d+\(i1, i0\)", ck.stages["tc"]), ck.stages["tc"]
+    assert any(ck.prepacked for ck in plan.kernels.values())
     want = ReferenceEvaluator(m).run(None, feeds)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
