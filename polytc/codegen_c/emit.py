@@ -390,7 +390,7 @@ class CEmitter:
             if kind != "parallel" or not text:
                 return self.node(n.mark_get_node(), pragma=(text, f"c{depth}") if text else None)
             mine = [lc for lc in self.locals.values() if lc.loop == f"c{depth}"]
-            decls = [lc.declaration() for lc in mine]
+            decls = [d for lc in mine for d in lc.declarations()]
             placed: list = []  # the outlined bodies that declare the buffers
             first = len(self.touched)
             out = self.node(n.mark_get_node(), pragma=(text, f"c{depth}", decls, placed))

@@ -18,11 +18,17 @@ class Local:
         self.offsets = {s: [_c_of(isl.PwAff.read_from_str(ctx, o), isl_expr) for o in offs]
                         for s, offs in f["_offsets"]}
 
-    def declaration(self):
+    def declarations(self) -> list:
+        """The buffer, and the ``restrict`` pointer the code reads and writes it
+        through: with the array itself, gcc kept the lane sums of a reduction over it
+        (``pt_part``) in memory, a store and a load every step (a layer norm's
+        variance), as if they might alias."""
         n = 1
         for e in self.extents:
             n *= e
-        return c.Statement(f"{self.ctype} {self.name}[{n}] __attribute__((aligned(64)))")
+        return [c.Statement(f"{self.ctype} {self.name}_s[{n}] __attribute__((aligned(64)))"),
+                c.Statement(f"{self.ctype} *restrict {self.name} = "
+                            f"__builtin_assume_aligned({self.name}_s, 64)")]
 
     def at(self, sst, vars: dict):
         """``(buffer, extents, offsets)`` for an instance of ``sst`` whose indices are
