@@ -205,7 +205,7 @@ class Promotion:
             pragma = None
             if red is not None and whole and depth == len(loops) - 1:
                 pragma = f"{red} collapse({len(loops)})"
-                if self.em.team_sum(st.op, "", _trips(loops), " ".join(map(str, body))):
+                if self.em.shared_sum(_trips(loops), " ".join(map(str, body))):
                     pragma = pragma.replace("omp simd", "omp parallel for simd" +
                                             self.em.team_clause(), 1)
             elif red is not None and not whole and depth == 0:
@@ -243,8 +243,9 @@ class Promotion:
         body = [c.Statement(f"{ct} {part}[{width}] __attribute__((aligned(64)))")] + \
             simd(("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1"),
                  c.Statement(f"{lane} = {ident}"))
-        team = self.em.team_sum(st.op, acc, end - lo, code)
-        if team is not None:  # each thread sums its share of the blocks, then they combine
+        if self.em.shared_sum(end - lo, code):  # each thread sums its share of the
+            # blocks in its own lanes, then the threads combine their sums
+            team = f"omp parallel reduction({st.op}:{acc}){self.em.team_clause()}"
             return [c.Pragma(team), c.Block(body + [c.Pragma("omp for schedule(static)"),
                                                     block] + combine)] + rest
         return body + [block] + rest + combine
@@ -252,11 +253,10 @@ class Promotion:
     def _lane_sum(self, loops, red, st, acc: str, code: str):
         """A ``+``/``*`` reduction over a nest of constant loops whose innermost one is
         at most four vectors long (and not a power of two below one), with an
-        accumulator per iteration of that loop
-        (``pt_lane``), vectorised along it and combined once at the end.  gcc's
-        ``collapse`` of the nest into one vector loop recomputes every element's indices
-        with divisions (a global average pool over 14x14 pixels ran 10x slower than
-        PyTorch's).  The statements, or None where that does not apply."""
+        accumulator per iteration of that loop (``pt_lane``), vectorised along it and
+        combined once at the end.  gcc's ``collapse`` of the nest into one vector loop
+        recomputes every element's indices with divisions (a global average pool over
+        14x14 pixels ran 10x slower than PyTorch's).  The statements, or None."""
         if red is None or len(loops) < 2 or st.op not in ("+", "*"):
             return None
         bounds = [_const_bounds(lp) for lp in loops]
@@ -341,7 +341,7 @@ class CEmitter:
                  parallel_sum: int | None = None):
         self.scop = scop
         #: the fewest terms of a sum outside every loop (a dot product, the sum of a whole
-        #: tensor) that its threads share (``CEmitter.team_sum``); None: never
+        #: tensor) that its threads share (``CEmitter.shared_sum``); None: never
         self.parallel_sum = parallel_sum
         self.reciprocal = reciprocal  # see ExprPrinter.varying
         self.packs = packs_of(decisions, scop)  # copy statement -> Packed
@@ -466,16 +466,13 @@ class CEmitter:
     def team_clause(self) -> str:
         return f" num_threads({self.num_threads})" if self.num_threads else ""
 
-    def team_sum(self, op: str, acc: str, terms: int, code: str):
-        """The pragma of a parallel region summing ``terms`` terms (``code``) into
-        ``acc`` over the threads, or None: only outside every loop (no other parallel
-        region around it), for at least ``parallel_sum`` terms, and where no term can
-        fail an index check (``err``).  A dot product of 4M terms on one of two
-        threads ran 2x slower than numpy's."""
-        if self.parallel_sum is None or self.iters or terms < self.parallel_sum or \
-                re.search(r"\berr\b", code):
-            return None
-        return f"omp parallel reduction({op}:{acc}){self.team_clause()}"
+    def shared_sum(self, terms: int, code: str) -> bool:
+        """Whether the threads share a sum of ``terms`` terms (``code``): only outside
+        every loop (no other parallel region around it), of at least ``parallel_sum``
+        terms, none of which can fail an index check (``err``).  A dot product of 4M
+        terms on one of two threads ran 2x slower than numpy's."""
+        return self.parallel_sum is not None and not self.iters and \
+            terms >= self.parallel_sum and not re.search(r"\berr\b", code)
 
     def pragma(self, mark: str):
         if mark == "parallel":

@@ -55,8 +55,6 @@ def read_position(sst, read) -> int:
     return next(n for n, r in enumerate(P.reads(sst.stmt.rhs)) if r is read)
 
 
-
-
 def prepack_box(sst, read, j, red) -> tuple | None:
     """For a constant operand's ``read`` (see the module docstring): ``(lo, hi)`` of the
     statement indices ``j`` and ``red`` (positions in ``sst.vars``), in that order, when
