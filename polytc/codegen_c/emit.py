@@ -226,23 +226,15 @@ class Promotion:
         if lo is None or hi - lo + 1 < 2 * width:
             return None
         it = self.em.for_header(loops[0])[0]
-        ct = st.rhs.dtype.c_name
-        ident = literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)
         part = f"pt_part_{acc}"
         end = lo + (hi - lo + 1) // width * width  # the blocks end here
-        lane = f"{part}[pt_l]"
-        simd = self.em.simd_loop
+        body, combine = self._lane_sums(part, width, red, st, acc)
         block = c.For(f"long {it}_o = {lo}L", f"{it}_o < {end}L", f"{it}_o += {width}L",
-                      c.Block(simd(("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1"), c.Block([
+                      c.Block(self.em.simd_loop(_each_lane(width), c.Block([
                           c.Statement(f"long {it} = {it}_o + pt_l"),
-                          c.Statement(re.sub(rf"\b{acc}\b", lane, code))]))))
+                          c.Statement(re.sub(rf"\b{acc}\b", f"{part}[pt_l]", code))]))))
         rest = [c.For(f"long {it} = {end}L", f"{it} <= {hi}L", f"{it} += 1",
                       c.Block([c.Statement(code)]))] if end <= hi else []
-        combine = [c.Pragma(red), c.For("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1",
-                                        c.Statement(f"{acc} {st.op}= {lane}"))]
-        body = [c.Statement(f"{ct} {part}[{width}] __attribute__((aligned(64)))")] + \
-            simd(("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1"),
-                 c.Statement(f"{lane} = {ident}"))
         if self.em.shared_sum(end - lo, code):  # each thread sums its share of the
             # blocks in its own lanes, then the threads combine their sums
             team = f"omp parallel reduction({st.op}:{acc}){self.em.team_clause()}"
@@ -259,27 +251,32 @@ class Promotion:
         14x14 pixels ran 10x slower than PyTorch's).  The statements, or None."""
         if red is None or len(loops) < 2 or st.op not in ("+", "*"):
             return None
-        bounds = [_const_bounds(lp) for lp in loops]
-        lo, hi = bounds[-1]
-        lanes = self.em.lanes(st.rhs.dtype.np_dtype.itemsize)
-        if any(b[0] is None for b in bounds):
+        if any(_const_bounds(lp)[0] is None for lp in loops):
             return None
-        width = hi - lo + 1
+        lo, hi = _const_bounds(loops[-1])
+        width, lanes = hi - lo + 1, self.em.lanes(st.rhs.dtype.np_dtype.itemsize)
         if width > 4 * lanes or (width < lanes and width & (width - 1) == 0):
             return None  # narrower than a vector by a power of two: collapsed, gcc
             # splits the indices with shifts and fills whole vectors (8x8 pixels)
         it, header = self.em.for_header(loops[-1])
-        ct = st.rhs.dtype.c_name
-        ident = literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)
         part = f"pt_lane_{acc}"
+        head, combine = self._lane_sums(part, width, red, st, acc)
         nest = self.em.simd_loop(header, c.Block([
             c.Statement(re.sub(rf"\b{acc}\b", f"{part}[{it} - {lo}L]", code))]))
         for lp in reversed(loops[:-1]):
             nest = [c.For(*self.em.for_header(lp)[1], c.Block(nest))]
-        each = ("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1")
-        return [c.Statement(f"{ct} {part}[{width}] __attribute__((aligned(64)))")] + \
-            self.em.simd_loop(each, c.Statement(f"{part}[pt_l] = {ident}")) + nest + \
-            [c.Pragma(red), c.For(*each, c.Statement(f"{acc} {st.op}= {part}[pt_l]"))]
+        return head + nest + combine
+
+    def _lane_sums(self, part: str, width: int, red, st, acc: str):
+        """``(head, combine)`` of a reduction into ``acc`` kept in ``width`` partial
+        sums ``part``: their declaration and start at the identity, and the reduction
+        of them into ``acc`` (``_split_sum``, ``_lane_sum``)."""
+        ident = literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)
+        head = [c.Statement(f"{st.rhs.dtype.c_name} {part}[{width}] "
+                            "__attribute__((aligned(64)))")] + \
+            self.em.simd_loop(_each_lane(width), c.Statement(f"{part}[pt_l] = {ident}"))
+        return head, [c.Pragma(red), c.For(*_each_lane(width),
+                                           c.Statement(f"{acc} {st.op}= {part}[pt_l]"))]
 
     def _simd_reduction(self, items):
         """The pragma that vectorises the reduction into one scalar accumulator
@@ -305,6 +302,11 @@ def _children(node) -> list:
         return [node]
     lst = node.block_get_children()
     return [lst.get_at(i) for i in range(lst.n_ast_node())]
+
+
+def _each_lane(width: int) -> tuple:
+    """The header of a loop over ``pt_l`` in ``0:width``."""
+    return ("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1")
 
 
 def _trips(loops) -> int:

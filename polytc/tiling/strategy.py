@@ -490,9 +490,8 @@ class Tiler:
         m = pairs.pop()
         itemsize = max(s.stmt.rhs.dtype.np_dtype.itemsize for s in ssts)
         size = max(8, 64 // itemsize)  # a cache line of each row per tile row
-        ext = [min(self.extent(s, mv[s.name][k]) for s in ssts) if
-               all(mv[s.name][k] is not None for s in ssts) else 0 for k in range(n)]
-        if ext[m] < 2 * size or ext[last] < 2 * size:
+        if any(mv[s.name][k] is None or self.extent(s, mv[s.name][k]) < 2 * size
+               for s in ssts for k in (m, last)):
             return node
         sizes = [1] * n
         sizes[m] = sizes[last] = size
