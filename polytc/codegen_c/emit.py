@@ -18,6 +18,7 @@ from ..machine import host
 from .microkernel import const_bounds as _const_bounds
 from .microkernel import Row, masked_moves, micro_kernel, typedefs
 from .fold import folds_of
+from .aligned import by_alignment
 from .locals import locals_of
 from .pack import PackPrinter, packs_of
 from .cexpr import (PRELUDE, ExprPrinter, div_helpers, extremum_update, literal,
@@ -385,7 +386,7 @@ class CEmitter:
             if kind == "promote":
                 promoted = Promotion(self, n.mark_get_node()).emit()
                 if promoted is not None:
-                    return promoted
+                    return self.versioned(promoted)
             if kind == "rows":
                 return self.unrolled(n.mark_get_node())
             text = self.pragma(kind)
@@ -415,7 +416,8 @@ class CEmitter:
                 if pragma[0].startswith("omp parallel"):
                     pragma[3].append(it)
                     inner = [self.outline(pragma[2] + inner, self.iters + [it])]
-                return [c.Pragma(pragma[0]), c.For(*header, c.Block(inner))]
+                    return [c.Pragma(pragma[0]), c.For(*header, c.Block(inner))]
+                return self.versioned([c.Pragma(pragma[0]), c.For(*header, c.Block(inner))])
             return [c.For(*header, c.Block(inner))]
         if t == T.if_:
             cond = isl_expr(n.if_get_cond())
@@ -498,6 +500,14 @@ class CEmitter:
     def lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes in one of the host's vector registers."""
         return host().lanes(itemsize)
+
+    def versioned(self, stmts: list) -> list:
+        """Vector loops reading the caller's arrays, at half width where those are not
+        64-byte aligned (``aligned.py``)."""
+        if not (self.vectorize and self.omp_reductions):  # not on a GPU
+            return stmts
+        return by_alignment(stmts, [t.name for t in self.scop.program.inputs],
+                            self.lanes(4))
 
     def simd_loop(self, header, body) -> list:
         """A loop the C compiler should vectorise."""
