@@ -20,6 +20,7 @@ from .microkernel import Row, masked_moves, micro_kernel, typedefs
 from .fold import folds_of
 from .aligned import by_alignment
 from .locals import locals_of
+from .vmath import vector_math
 from .pack import PackPrinter, packs_of
 from .cexpr import (PRELUDE, ExprPrinter, div_helpers, extremum_update, literal,
                     statement_code, target_code)
@@ -568,4 +569,4 @@ class CEmitter:
         code = helpers + "\n\n" + str(fn) + "\n" + "".join(
             "\n" + p.prepack(self.scop.shapes, self.scop.env)
             for p in self.packs.values() if p.box is not None and not p.alias)
-        return PRELUDE + div_helpers(code) + "\n" + code
+        return PRELUDE + div_helpers(code) + vector_math(code) + "\n" + code
