@@ -92,6 +92,8 @@ def test_by_alignment_rules():
     assert "(((uintptr_t)A) & 63) == 0" in out and "#pragma omp simd simdlen(8)" in out
     assert by_alignment(loop, ["A"], 8) is loop  # AVX2: unchanged
     assert by_alignment(loop, ["B"], 16) is loop  # reads no input
+    select = _loop("y[i] = i > 0 ? A[i] : 0.0f")  # a padding copy: twice the selects
+    assert by_alignment(select, ["A"], 16) is select
     math = _loop("y[i] = expf(A[i])")
     assert by_alignment(math, ["A"], 16) is math
     tile = _loop("pt_a0 += A[i] * (*(const pt_v16fu *)&B[i])")

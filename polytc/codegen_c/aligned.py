@@ -10,9 +10,11 @@ register's lanes otherwise (the layer norm at offset 16: 1.29 -> 0.98 ms, aligne
 unchanged).  polytc's own buffers (outputs, temporaries, a model's arena) are aligned.
 
 Not versioned: loops calling a vector math function (``expf`` costs more at half width
-than the straddling loads), loops of explicit vector types (micro-kernels, whose
-operands are packed or copied aligned), and code on hosts whose vectors are narrower
-than 512 bits (at 256 bits, half the loads straddle a line either way)."""
+than the straddling loads) or choosing between values (``?``: a padding copy, a
+running maximum, twice the selects at half width: ResNet-18's padded input 6% slower),
+loops of explicit vector types (micro-kernels, whose operands are packed or copied
+aligned), and code on hosts whose vectors are narrower than 512 bits (at 256 bits, half
+the loads straddle a line either way)."""
 from __future__ import annotations
 
 import re
@@ -35,8 +37,8 @@ def by_alignment(stmts: list, inputs, lanes: int) -> list:
     if lanes < 16:
         return stmts
     text = "\n".join(str(s) for s in stmts)
-    if not _SIMD.search(text) or "simdlen(" in text or _MATH.search(text) or \
-            re.search(r"\bpt_v\d+", text):
+    if not _SIMD.search(text) or "simdlen(" in text or _MATH.search(text) or "?" in text \
+            or re.search(r"\bpt_v\d+", text):
         return stmts
     names = [n for n in inputs if re.search(rf"\b{re.escape(n)}\[", text)]
     if not names:
