@@ -41,8 +41,20 @@ def _ffi():
     import cffi
 
     ffi = cffi.FFI()
-    ffi.cdef("int polytc_plan(void *const *fn, void *const *p, int *step);")
+    ffi.cdef("int polytc_plan(void *const *fn, void *const *p, int *step);\n"
+             "int polytc_plan_timed(void *const *fn, void *const *p, int *step, double *t);")
     return ffi
+
+
+#: the same steps, each one's seconds (its fills and its kernel) added to ``t[step]``
+_TIMED = """
+/* the same, timed: each step's seconds added to t[step] (Plan.profile) */
+#undef PT_TIC
+#undef PT_TOC
+#define PT_TIC clock_gettime(CLOCK_MONOTONIC, &pt_t0)
+#define PT_TOC(k) (clock_gettime(CLOCK_MONOTONIC, &pt_t1), \\
+  t[k] += (double)(pt_t1.tv_sec - pt_t0.tv_sec) + 1e-9 * (double)(pt_t1.tv_nsec - pt_t0.tv_nsec))
+"""
 
 
 def fill_code(index: int, n: int, dtype, fill) -> str:
@@ -112,17 +124,23 @@ class Driver:
             self.kernels.append(ck)
             self.steps.append(s)
             lines.append(f"  /* {s.name}: {' + '.join(s.ops)} */")
+            lines.append("  PT_TIC;")
             for v, f in zip(s.outputs, ck.out_fill):
                 if f is not None and v in plan.placed:
                     lines.append("  " + fill_code(index[v], refs[v].size, refs[v].dtype, f))
             sig = ", ".join(["void *"] * len(args)) or "void"
             lines.append(f"  rc = ((int (*)({sig}))fn[{k}])"
                          f"({', '.join(f'p[{a}]' for a in args)});")
+            lines.append(f"  PT_TOC({k});")
             lines.append(f"  if (rc) {{ *step = {k}; return rc; }}")
+        body = "\n".join(lines) + "\n  return 0;\n}\n"
         self.code = ("/* the model's steps in order (polytc.graph.native) */\n"
-                     "#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n\n"
+                     "#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n"
+                     "#include <time.h>\n\n#define PT_TIC\n#define PT_TOC(k)\n"
                      "int polytc_plan(void *const *fn, void *const *p, int *step)\n{\n"
-                     "  int rc;\n" + "\n".join(lines) + "\n  return 0;\n}\n")
+                     "  int rc;\n" + body + _TIMED +
+                     "int polytc_plan_timed(void *const *fn, void *const *p, int *step, "
+                     "double *t)\n{\n  int rc;\n  struct timespec pt_t0, pt_t1;\n" + body)
         self.copies: dict = {}  # graph input -> its aligned buffer, when it needs one
         self._load(fixed, len(index))
         self.full = threads()
@@ -144,6 +162,53 @@ class Driver:
 
     def run(self, feeds: dict, names) -> list:
         """The outputs ``names`` for ``feeds``; the caller holds the plan's lock."""
+        keep, store = self._bind(feeds)
+        gov = self.governor
+        n = gov.threads() if gov is not None else self.full
+        set_threads(n)
+        t0 = time.perf_counter()
+        rc = self._fn(self._fns, self._p, self._step)
+        if gov is not None:
+            gov.record(n, time.perf_counter() - t0)
+        del keep  # the feeds' buffers lived through the call
+        if rc:
+            self._raise(rc)
+        out = []
+        for n in names:
+            r = self.root.get(n, n)
+            a = store.get(r)
+            if a is None:  # a feed or a constant: the user gets a copy
+                a = np.array(feeds[r] if r in feeds else self.plan.constants[r])
+            out.append(a.reshape(self.shape[n]) if n in self.shape else a)
+        return out
+
+    def profile(self, feeds: dict, repeat: int) -> list:
+        """(step name, ops, median seconds) per group over ``repeat`` runs of the native
+        entry point on all threads (``polytc_plan_timed``): a step's time is its fills
+        and its kernel, as the model runs them; the caller holds the plan's lock."""
+        times: list = [[] for _ in self.steps]
+        set_threads(self.full)
+        for _ in range(repeat):
+            keep, _store = self._bind(feeds)
+            t = _ffi().new("double[]", max(len(self.steps), 1))
+            rc = self._lib.polytc_plan_timed(self._fns, self._p, self._step, t)
+            if rc:
+                self._raise(rc)
+            for k, ts in enumerate(times):
+                ts.append(t[k])
+            del keep  # likewise
+        return [(s.name, s.ops, sorted(ts)[len(ts) // 2]) for s, ts in zip(self.steps, times)]
+
+    def _raise(self, rc: int):
+        k = self._step[0]
+        try:
+            self.kernels[k]._fail(rc)
+        except KernelRuntimeError as e:
+            raise self.plan.fault(self.steps[k], e) from None
+
+    def _bind(self, feeds: dict):
+        """Point ``p`` at this run's feeds (aligned copies where a kernel wants them)
+        and fresh outputs: ``(buffers to keep alive, value -> fresh output)``."""
         buf, p = _ffi().from_buffer, self._p
         keep, store = [], {}
         for k, v in self.feeds:
@@ -163,24 +228,4 @@ class Driver:
             b = buf(a)
             keep.append(b)
             p[k] = b
-        gov = self.governor
-        n = gov.threads() if gov is not None else self.full
-        set_threads(n)
-        t0 = time.perf_counter()
-        rc = self._fn(self._fns, p, self._step)
-        if gov is not None:
-            gov.record(n, time.perf_counter() - t0)
-        if rc:
-            k = self._step[0]
-            try:
-                self.kernels[k]._fail(rc)
-            except KernelRuntimeError as e:
-                raise self.plan.fault(self.steps[k], e) from None
-        out = []
-        for n in names:
-            r = self.root.get(n, n)
-            a = store.get(r)
-            if a is None:  # a feed or a constant: the user gets a copy
-                a = np.array(feeds[r] if r in feeds else self.plan.constants[r])
-            out.append(a.reshape(self.shape[n]) if n in self.shape else a)
-        return out
+        return keep, store
