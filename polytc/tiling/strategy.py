@@ -264,7 +264,8 @@ class Tiler:
             cand, cand_batch = packed_operand(j, i, values=True)  # packing costs nothing
             if cand is not None and cand.tensor in self.constants:
                 operand, batch = cand, cand_batch
-        if operand is None and not any(unit_stride(r, sst.vars[j_var]) for r in reads):
+        gathered = operand is None and not any(unit_stride(r, sst.vars[j_var]) for r in reads)
+        if gathered:
             # no read is unit-stride along j (a convolution of stride 2): the i for which
             # some operand can be packed, through a batch of one too
             for m in rows(j):
@@ -284,7 +285,11 @@ class Tiler:
         # 55 x 55 with 144 reduction points (SqueezeNet), and 28 or 27 wide, the
         # unit-stride tiles stayed faster
         tail = window and narrow % lanes and narrow > 2 * lanes and depth >= 32 * lanes
-        if narrow < lanes or tail:
+        # likewise a strided window (a convolution of stride 2) with a deep reduction,
+        # whose image would be packed again for every row of output channels (ResNet-18's
+        # 64 -> 128 3x3/2 on 28 x 28: 0.40-0.45 -> 0.35 ms, timed in the native run;
+        # the 3-channel 7x7/2 stem, 147 points, stays faster packed)
+        if narrow < lanes or tail or (gathered and window and depth >= 32 * lanes):
             # the result's unit-stride index is narrower than a vector (the 7 or 14 wide
             # images of ResNet's later convolutions): the lanes run over the
             # widest other index of the result along which an operand can be packed
