@@ -17,6 +17,7 @@ same schedule as the cached binary.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 import islpy as isl
@@ -81,9 +82,29 @@ def explain(program, env: dict, options, source: str = "the cost model",
     with pipeline.LOCK:  # the facts read the build's isl objects
         b = pipeline.run(program, env, options)
         facts = _Explainer(b, source).facts()
+    facts += _code_facts(b.code)
     if vectorizer:
         facts += _gcc(b.code)
     return Explanation(program.name, env, facts)
+
+
+def _code_facts(code: str) -> list:
+    """What the C generator added to the schedule's loops: versions by alignment
+    (``codegen_c/aligned.py``) and polytc's own vector ``expf`` (``codegen_c/vmath.py``)."""
+    out = []
+    conds = re.findall(r"if \(\(\(((?:\(uintptr_t\)\w+(?: \| )?)+)\) & 63\) == 0\)", code)
+    if conds:
+        names = sorted({n for cond in conds for n in re.findall(r"\(uintptr_t\)(\w+)", cond)})
+        out.append(Fact("vectorize", f"{len(conds)} vector loop(s) reading {', '.join(names)} "
+                        "are emitted twice: at full width when those arrays start on a "
+                        "64-byte boundary, at half width otherwise (numpy puts a large "
+                        "array 16 bytes past one, where every full-width load straddles "
+                        "two cache lines).", conds[0]))
+    if "_ZGVeN16v_expf" in code and host().lanes(4) >= 16:
+        out.append(Fact("vectorize", "exp: polytc's vector expf (a degree-6 polynomial and "
+                        "vscalefps, at most 1.06 ulp) takes the place of libmvec's in the "
+                        "vectorised loops, where gcc targets AVX-512."))
+    return out
 
 
 def _gcc(code: str) -> list:

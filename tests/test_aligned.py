@@ -98,3 +98,12 @@ def test_by_alignment_rules():
     assert by_alignment(math, ["A"], 16) is math
     tile = _loop("pt_a0 += A[i] * (*(const pt_v16fu *)&B[i])")
     assert by_alignment(tile, ["A"], 16) is tile
+
+
+def test_explain_names_the_versioned_inputs():
+    X = np.ones((64, 256), np.float32)
+    text = str(polytc.tc(LAYERNORM).explain(X, X[0], X[0], vectorizer=False))
+    if host().lanes(4) < 16:
+        assert "emitted twice" not in text
+    else:
+        assert "reading X, beta, gamma are emitted twice" in text

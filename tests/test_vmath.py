@@ -52,3 +52,10 @@ def test_only_kernels_calling_exp_define_it():
     assert "_ZGVeN16v_expf" in polytc.tc(EXP).specialize(x).code
     add = polytc.tc("def a(float(N) X) -> (Y) { Y(i) = X(i) + 1 }")
     assert "_ZGVeN16v_expf" not in add.specialize(x).code
+
+
+def test_explain_says_which_expf():
+    from polytc.machine import host
+
+    text = str(polytc.tc(EXP).explain(np.ones(64, np.float32), vectorizer=False))
+    assert ("polytc's vector expf" in text) == (host().lanes(4) >= 16)

@@ -6,8 +6,9 @@ memory-bound loop cost twice (measured on Zen 5, 1 thread: a matrix-vector produ
 1.36 -> 2.20 ms, a layer norm 0.85 -> 1.29 ms).  Half-width vectors straddle only every
 other line.  A vectorised loop that reads the kernel's inputs is therefore emitted twice:
 as it is when all those inputs start on a 64-byte boundary, and with ``simdlen`` half the
-register's lanes otherwise (the layer norm at offset 16: 1.29 -> 0.98 ms, aligned
-unchanged).  polytc's own buffers (outputs, temporaries, a model's arena) are aligned.
+register's lanes otherwise (at offset 16: the layer norm 1.37 -> 0.88 ms, the
+matrix-vector product 2.26 -> 1.75 ms; aligned unchanged).  polytc's own buffers
+(outputs, temporaries, a model's arena) are aligned.
 
 Not versioned: loops calling a vector math function (``expf`` costs more at half width
 than the straddling loads) or choosing between values (``?``: a padding copy, a
