@@ -10,22 +10,7 @@ import pytest
 import polytc
 from polytc.codegen_c.aligned import by_alignment
 from polytc.machine import host
-
-LAYERNORM = """
-def layernorm(float(N,D) X, float(D) gamma, float(D) beta) -> (Y) {
-    mean(n) +=! X(n, d) / D
-    xc(n, d) = X(n, d) - mean(n)
-    var(n) +=! xc(n, d) * xc(n, d) / D
-    Y(n, d) = xc(n, d) * rsqrt(var(n) + 1e-5) * gamma(d) + beta(d)
-}"""
-
-SOFTMAX = """
-def softmax(float(N,D) X) -> (Y) {
-    mx(n) max=! X(n, d)
-    ex(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! ex(n, d)
-    Y(n, d) = ex(n, d) / s(n)
-}"""
+from tests.kernels_small import LAYERNORM, SOFTMAX
 
 
 def placed(a: np.ndarray, offset: int) -> np.ndarray:
