@@ -143,6 +143,31 @@ def test_compiler_identity_and_flags():
     assert "-ffast-math" not in flags
 
 
+def test_compiler_probes_come_from_the_disk_cache(cache_dir, monkeypatch):
+    """A fresh process (an empty memo) reads the compiler's identity, flags and native
+    target from the disk cache, without running the compiler; another compiler binary or
+    CPU (another host stamp) probes again."""
+    monkeypatch.setattr(compiler, "_memo", {})
+    want = (compiler.compiler_identity(), compiler.default_flags(),
+            compiler._native_target(compiler.default_flags()))
+    runs = []
+    real = compiler._run_quiet
+
+    def counting(cmd, *a, **k):
+        runs.append(cmd)
+        return real(cmd, *a, **k)
+
+    monkeypatch.setattr(compiler, "_run_quiet", counting)
+    monkeypatch.setattr(compiler, "_memo", {})
+    got = (compiler.compiler_identity(), compiler.default_flags(),
+           compiler._native_target(compiler.default_flags()))
+    assert got == want and runs == []
+    stamp = compiler._host_stamp()
+    monkeypatch.setattr(compiler, "_host_stamp", lambda: stamp + ["another CPU"])
+    monkeypatch.setattr(compiler, "_memo", {})
+    assert compiler.compiler_identity() == want[0] and runs  # probed again
+
+
 def test_missing_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("POLYTC_CC", "polytc-no-such-compiler-xyz")
     with pytest.raises(CompilationError) as e:

@@ -111,6 +111,25 @@ def test_checker_rejects():
         ponnx.compile(m)
 
 
+def test_checker_rejects_with_large_weights():
+    """A model whose weights reach the checker as typed inputs (onnx_import.SKELETON_MIN)
+    is rejected for the same faults, with the same words."""
+    m = small_model()
+    big = numpy_helper.from_array(np.ones((4, 4096), np.float32), "big")
+    m.graph.initializer.append(big)
+    m.graph.node.append(helper.make_node("MatMul", ["y", "big"], ["z"]))
+    m.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4096]))
+    assert ponnx.compile(m).run(None, {"x": X, "b": X})[1].shape == (2, 4096)
+    m.graph.node[1].input[0] = "nowhere"
+    with raises(ModelError, "the ONNX checker rejects the model", "'nowhere'",
+                "topologically sorted"):
+        ponnx.compile(m)
+    m.graph.node[1].input[0] = "s"
+    m.graph.output[1].type.tensor_type.shape.dim[1].dim_value = 7  # contradicts inference
+    with raises(ModelError, "shape inference fails"):
+        ponnx.compile(m)
+
+
 def test_opset_too_new():
     m = small_model()
     m.opset_import[0].version = 999

@@ -130,6 +130,24 @@ def test_compile_leaves_the_model_alone():
     assert m.SerializeToString() == before
 
 
+@pytest.mark.parametrize("name", sorted(ex.MODELS))
+def test_prepare_infers_as_on_the_whole_model(name):
+    """The checker and shape inference see the weights as typed inputs (a skeleton, not
+    45 MB of data to serialise): the types they infer are those of the whole model."""
+    from polytc.graph.onnx_import import prepare
+
+    m = ex.MODELS[name]()
+    whole = onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
+    got = prepare(m, name)
+
+    def types(model):
+        g = model.graph
+        return {v.name: v.type.SerializeToString() for v in list(g.value_info) + list(g.output)}
+
+    assert types(got) == types(whole)
+    assert len(got.graph.initializer) == len(m.graph.initializer)  # the weights kept
+
+
 def test_run_selected_outputs():
     m = model("lstm")
     feeds = ex.example_inputs(m, seed=4)

@@ -9,8 +9,10 @@ Flags keep IEEE semantics: no ``-ffast-math``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -101,13 +103,63 @@ def _run_compiler(cmd: list[str], cwd: str,
             hint="install gcc or set POLYTC_CC to a C compiler") from None
 
 
-def compiler_identity() -> str:
-    """First line of ``<cc> --version`` and ``<cc> -dumpmachine``; memoised per compiler."""
-    cc = _cc()
-    memo_key = ("identity", tuple(cc))
+def _remembered(memo_key: tuple, compute):
+    """A probe of the compiler (its identity, the flags it takes, what ``-march=native``
+    means): from this process's memo, else from the disk cache, else ``compute()``,
+    which runs the compiler (five runs, 70 ms, in every fresh process that loads even a
+    cached kernel).  The disk entry is keyed by the compiler's path, size and mtime and
+    the CPU's description, so a new compiler or another machine probes again."""
     with _memo_lock:
         if memo_key in _memo:
             return _memo[memo_key]
+        if not config.disk_cache_enabled():
+            value = compute()
+        else:
+            key = cache_key(kind="cc-probe", probe=list(memo_key), host=_host_stamp())
+
+            def build():
+                return {"value.json": json.dumps(compute()).encode()}, {"kind": "cc-probe"}
+
+            entry, _ = DiskCache().get_or_build(key, build)
+            with open(os.path.join(entry["dir"], "value.json"), encoding="utf-8") as f:
+                value = json.load(f)
+        value = tuple(value) if isinstance(value, list) else value
+        _memo[memo_key] = value
+        return value
+
+
+def _host_stamp() -> list:
+    """The compiler binary (resolved path, size, mtime) and a digest of the CPU."""
+    cc = _cc()
+    exe = shutil.which(cc[0]) or cc[0]
+    try:
+        st = os.stat(exe)
+        stamp: list = [os.path.realpath(exe), st.st_size, st.st_mtime_ns]
+    except OSError:
+        stamp = [exe]
+    return stamp + [hashlib.sha256(_cpu_text().encode()).hexdigest()]
+
+
+def _cpu_text() -> str:
+    """The CPU's model and feature lines of ``/proc/cpuinfo`` (the machine's name
+    where there is none)."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return os.uname().machine
+    return "\n".join(dict.fromkeys(
+        line for line in text.splitlines()
+        if line.startswith(("model name", "flags", "Features", "CPU part",
+                            "CPU implementer"))))
+
+
+def compiler_identity() -> str:
+    """First line of ``<cc> --version`` and ``<cc> -dumpmachine``; remembered per
+    compiler (``_remembered``)."""
+    cc = _cc()
+
+    def probe():
         version = _run_quiet(cc + ["--version"])
         if version.returncode != 0:
             raise CompilationError(
@@ -119,9 +171,10 @@ def compiler_identity() -> str:
         machine = _run_quiet(cc + ["-dumpmachine"])
         target = machine.stdout.strip() if machine.returncode == 0 else "unknown"
         ident = f"{first} [{target}]"
-        _memo[memo_key] = ident
         config.log(1, f"C compiler: {' '.join(cc)}: {ident}")
         return ident
+
+    return _remembered(("identity", tuple(cc)), probe)
 
 
 def _probe_compiles(cc: list[str], flags: list[str], source: str) -> tuple[bool, str]:
@@ -139,10 +192,8 @@ def default_flags() -> list[str]:
     shows the compiler does not support them."""
     cc = _cc()
     extra = config.extra_cflags()
-    memo_key = ("flags", tuple(cc), tuple(extra))
-    with _memo_lock:
-        if memo_key in _memo:
-            return list(_memo[memo_key])
+
+    def probe():
         compiler_identity()  # a missing compiler is reported as such
         base = _BASE_FLAGS[:1] + _LOOP_FLAGS + _BASE_FLAGS[1:]
         ok, err = _probe_compiles(cc, base + extra + _LIBS, _OPENMP_PROBE)
@@ -164,9 +215,10 @@ def default_flags() -> list[str]:
         if ok:  # glibc's vector math: expf, logf, tanhf, ... on whole vectors
             libs.insert(0, "-lmvec")
         flags = base + extra + libs
-        _memo[memo_key] = tuple(flags)
         config.log(1, f"C flags: {' '.join(flags)}")
-        return list(flags)
+        return flags
+
+    return list(_remembered(("flags", tuple(cc), tuple(extra)), probe))
 
 
 def _native_target(flags: list[str]) -> str:
@@ -176,22 +228,15 @@ def _native_target(flags: list[str]) -> str:
                or f.startswith("-mtune=native") for f in flags):
         return ""
     cc = _cc()
-    memo_key = ("native", tuple(cc))
-    with _memo_lock:
-        if memo_key not in _memo:
-            r = _run_quiet(cc + ["-march=native", "-Q", "--help=target"])
-            text = r.stdout if r.returncode == 0 and r.stdout.strip() else ""
-            if not text:  # e.g. clang: fall back to the CPU description
-                try:
-                    with open("/proc/cpuinfo", "rb") as f:
-                        text = f.read().decode(errors="replace")
-                    text = "\n".join(l for l in text.splitlines()
-                                     if l.startswith(("model name", "flags", "Features",
-                                                      "CPU part", "CPU implementer")))
-                except OSError:
-                    text = os.uname().machine
-            _memo[memo_key] = hashlib.sha256(text.encode()).hexdigest()
-        return _memo[memo_key]
+
+    def probe():
+        r = _run_quiet(cc + ["-march=native", "-Q", "--help=target"])
+        text = r.stdout if r.returncode == 0 and r.stdout.strip() else ""
+        if not text:  # e.g. clang: fall back to the CPU description
+            text = _cpu_text()
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    return _remembered(("native", tuple(cc)), probe)
 
 
 def _diagnostics(r: subprocess.CompletedProcess) -> str:
