@@ -93,10 +93,8 @@ def _checked_and_inferred(model: onnx.ModelProto, where: str) -> onnx.ModelProto
              int(np.prod(t.dims, dtype=np.int64)) >= SKELETON_MIN]
     if not heavy:
         return _infer(_check(model, where), where)
-    skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(onnx.ModelProto(ir_version=model.ir_version,
-                                      opset_import=model.opset_import,
-                                      producer_name=model.producer_name))
+    skeleton = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                               producer_name=model.producer_name)
     names = {t.name for t in heavy}
     listed = {i.name for i in g.input}
     sg = skeleton.graph
