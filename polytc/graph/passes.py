@@ -145,7 +145,10 @@ def fold_batchnorm(g: Graph) -> Graph:
         s = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
         consts = dict(g.constants)
         wn, bname = f"{bn.outputs[0]}__W", f"{bn.outputs[0]}__B"
-        consts[wn] = (w * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        # each product in float64, rounded once, without a float64 copy of the weights
+        # (ufunc buffering: ResNet-18's 11M weights took 0.04-0.1 s of page faults)
+        consts[wn] = np.multiply(w, s.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float64,
+                                 out=np.empty_like(w), casting="same_kind")
         consts[bname] = ((b - mean) * s + beta).astype(w.dtype)
         fused = Node("Conv", conv.name, (conv.inputs[0], wn, bname), bn.outputs, conv.attrs)
         nodes = tuple(fused if n is conv else n for n in g.nodes if n is not bn)
