@@ -6,6 +6,7 @@ off by name, ``POLYTC_DEBUG=1`` logs each one's time and node count).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -344,9 +345,33 @@ PASSES = [
 ]
 
 
+class GraphStages(Mapping):
+    """``{pass: graph text}``: the graph after each pass, rendered when first read (the
+    graphs are immutable; ShuffleNet's nine texts took 50 ms of every load)."""
+
+    def __init__(self):
+        self._graphs: dict = {}
+        self._texts: dict = {}
+
+    def add(self, name: str, g: Graph) -> None:
+        self._graphs[name] = g
+
+    def __getitem__(self, name: str) -> str:
+        if name not in self._texts:
+            self._texts[name] = str(self._graphs[name])
+        return self._texts[name]
+
+    def __iter__(self):
+        return iter(self._graphs)
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+
 def run(g: Graph, disable=()) -> tuple:
-    """Apply ``PASSES``; returns the final graph and ``{pass: graph text}``."""
-    stages = {"import": str(g)}
+    """Apply ``PASSES``; returns the final graph and its ``GraphStages``."""
+    stages = GraphStages()
+    stages.add("import", g)
     for name, fn in PASSES:
         if name in disable:
             continue
@@ -354,5 +379,5 @@ def run(g: Graph, disable=()) -> tuple:
         g = fn(g)
         config.log(1, f"graph pass {name}: {len(g.nodes)} nodes, "
                       f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
-        stages[name] = str(g)
+        stages.add(name, g)
     return g, stages
