@@ -126,9 +126,22 @@ def remove_identities(g: Graph) -> Graph:
 
 def fold_batchnorm(g: Graph) -> Graph:
     """``BatchNormalization(Conv(x, W, b))`` with constant parameters becomes one Conv
-    with scaled weights and a shifted bias."""
+    with scaled weights and a shifted bias.  Every such pair of the graph in one sweep
+    (the pairs are disjoint: the Conv has no other reader), again while a sweep folds
+    one (a BN after a folded BN)."""
+    while True:
+        folded = _fold_batchnorms(g)
+        if folded is g:
+            return g
+        g = folded
+
+
+def _fold_batchnorms(g: Graph) -> Graph:
     cons = g.consumers()
     prods = g.producers()
+    fused_of: dict = {}  # id(conv) -> its fused Conv
+    gone: set = set()  # id(bn) of the folded ones
+    consts = None
     for bn in g.nodes:
         if bn.op != "BatchNormalization" or len([o for o in bn.outputs if o]) != 1:
             continue
@@ -144,17 +157,20 @@ def fold_batchnorm(g: Graph) -> Graph:
         b = g.constants[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and \
             conv.inputs[2] else np.zeros(w.shape[0])
         s = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
-        consts = dict(g.constants)
+        consts = dict(g.constants) if consts is None else consts
         wn, bname = f"{bn.outputs[0]}__W", f"{bn.outputs[0]}__B"
         # each product in float64, rounded once, without a float64 copy of the weights
         # (ufunc buffering: ResNet-18's 11M weights took 0.04-0.1 s of page faults)
         consts[wn] = np.multiply(w, s.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float64,
                                  out=np.empty_like(w), casting="same_kind")
         consts[bname] = ((b - mean) * s + beta).astype(w.dtype)
-        fused = Node("Conv", conv.name, (conv.inputs[0], wn, bname), bn.outputs, conv.attrs)
-        nodes = tuple(fused if n is conv else n for n in g.nodes if n is not bn)
-        return fold_batchnorm(g.replace(nodes=nodes, constants=consts))
-    return g
+        fused_of[id(conv)] = Node("Conv", conv.name, (conv.inputs[0], wn, bname), bn.outputs,
+                                  conv.attrs)
+        gone.add(id(bn))
+    if not fused_of:
+        return g
+    nodes = tuple(fused_of.get(id(n), n) for n in g.nodes if id(n) not in gone)
+    return g.replace(nodes=nodes, constants=consts)
 
 
 #: unary elementwise ops (their other inputs are parameters): they commute with a Reshape
