@@ -44,6 +44,21 @@ def _sysfs_cache(level: int, kind=("Data", "Unified")) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def cpu_description() -> str:
+    """The CPU's model and feature lines of ``/proc/cpuinfo``, each once (the machine's
+    name where there is none): what identifies the host's instruction set."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return os.uname().machine
+    return "\n".join(dict.fromkeys(
+        line for line in text.splitlines()
+        if line.startswith(("model name", "flags", "Features", "CPU part",
+                            "CPU implementer"))))
+
+
 def _cpu_flags() -> set:
     try:
         with open("/proc/cpuinfo") as f:

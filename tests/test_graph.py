@@ -108,6 +108,45 @@ def test_batchnorm_folds_into_conv():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_batchnorms_in_a_row_fold_into_the_conv():
+    """Conv, BN, BN: the second BN reads the first one's folded Conv on the next sweep
+    (``fold_batchnorm`` repeats while a sweep folds), and the sums stay the oracle's."""
+    rng = np.random.default_rng(3)
+    c = 4
+
+    def bn_params(k):
+        return [(f"s{k}", rng.random(c).astype(F) + 0.5),
+                (f"b{k}", rng.standard_normal(c).astype(F)),
+                (f"m{k}", rng.standard_normal(c).astype(F)),
+                (f"v{k}", rng.random(c).astype(F) + 0.5)]
+
+    m = model([node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+               node("BatchNormalization", ["c", "s1", "b1", "m1", "v1"], ["y1"]),
+               node("BatchNormalization", ["y1", "s2", "b2", "m2", "v2"], ["y"])],
+              [("x", TP.FLOAT, [1, 3, 6, 6])], [("y", TP.FLOAT, [1, c, 6, 6])],
+              [("w", rng.standard_normal((c, 3, 3, 3)).astype(F))] + bn_params(1) +
+              bn_params(2))
+    g, _ = passes.run(import_model(m))
+    assert [n.op for n in g.nodes] == ["Conv"]
+    x = rng.standard_normal((1, 3, 6, 6)).astype(F)
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    np.testing.assert_allclose(polytc.onnx.compile(m).run(None, {"x": x})[0], want,
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_stages_hold_no_weights():
+    """The pass stages render the graph's text when read, from shape-only stand-ins
+    of its constants: the weights of earlier passes are not kept alive."""
+    m = model([node("MatMul", ["x", "w"], ["y"])], [("x", TP.FLOAT, [2, 64])],
+              [("y", TP.FLOAT, [2, 64])], [("w", np.ones((64, 64), F))])
+    g, stages = passes.run(import_model(m))
+    assert "const  w: float32[64x64]" in stages["import"]
+    for graph in stages._graphs.values():
+        assert all(v.strides == (0,) * v.ndim for v in graph.constants.values())
+
+
 def _pointwise_model(batch, stride=1, pads=0, group=1, cin=6, cout=10, side=7):
     rng = np.random.default_rng(5)
     out = (side + 2 * pads - 1) // stride + 1

@@ -586,6 +586,21 @@ def test_strided_convolution_packs_its_input():
     assert "pt_a0_0" in ck.code  # the vector micro-kernel
 
 
+@pytest.mark.parametrize("deep", [True, False])
+def test_deep_strided_convolution_runs_lanes_over_channels(deep):
+    """A stride-2 convolution with a deep reduction (at least 32 vectors' worth): the
+    lanes run over the output channels, the weights packed once, instead of packing the
+    image again for every row of channels; a shallow one (a 3-channel stem) packs."""
+    from polytc.machine import host
+
+    lanes = host().lanes(4)
+    c = -(-32 * lanes // 9) if deep else 3
+    ck = check(CONV_S2, [(1, c, 57, 57), (4 * lanes, c, 3, 3)], polytc.Options())
+    tiling = ck.stages["tiling"]
+    assert ("lanes f" in tiling) == deep
+    assert ("tensor Wt" if deep else "tensor I") in tiling
+
+
 def test_row_tiles_divide_the_rows():
     """A packed contraction's row tiles divide the rows evenly when a multiple of MR
     within a factor 2 of the cache model's height does (and the cores get equal

@@ -22,6 +22,7 @@ import time
 from .. import config
 from ..diagnostics import CompilationError, InternalError
 from ..cache import DiskCache, cache_key
+from ..machine import cpu_description, host
 
 __all__ = ["compiler_identity", "default_flags", "build_shared_object"]
 
@@ -137,21 +138,7 @@ def _host_stamp() -> list:
         stamp: list = [os.path.realpath(exe), st.st_size, st.st_mtime_ns]
     except OSError:
         stamp = [exe]
-    return stamp + [hashlib.sha256(_cpu_text().encode()).hexdigest()]
-
-
-def _cpu_text() -> str:
-    """The CPU's model and feature lines of ``/proc/cpuinfo`` (the machine's name
-    where there is none)."""
-    try:
-        with open("/proc/cpuinfo", "rb") as f:
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return os.uname().machine
-    return "\n".join(dict.fromkeys(
-        line for line in text.splitlines()
-        if line.startswith(("model name", "flags", "Features", "CPU part",
-                            "CPU implementer"))))
+    return stamp + [hashlib.sha256(cpu_description().encode()).hexdigest()]
 
 
 def compiler_identity() -> str:
@@ -233,7 +220,7 @@ def _native_target(flags: list[str]) -> str:
         r = _run_quiet(cc + ["-march=native", "-Q", "--help=target"])
         text = r.stdout if r.returncode == 0 and r.stdout.strip() else ""
         if not text:  # e.g. clang: fall back to the CPU description
-            text = _cpu_text()
+            text = cpu_description()
         return hashlib.sha256(text.encode()).hexdigest()
 
     return _remembered(("native", tuple(cc)), probe)
@@ -302,8 +289,6 @@ def _wide_vectors() -> bool:
     """gcc defaults to 256-bit vectors even with AVX-512; polytc's register tiles are
     sized for 512 bits (twice the FMA throughput: 124 vs 62 GFLOP/s per core measured
     on a 6x64 sgemm micro-kernel)."""
-    from ..machine import host
-
     return host().vector_bytes >= 64
 
 

@@ -362,15 +362,19 @@ PASSES = [
 
 
 class GraphStages(Mapping):
-    """``{pass: graph text}``: the graph after each pass, rendered when first read (the
-    graphs are immutable; ShuffleNet's nine texts took 50 ms of every load)."""
+    """``{pass: graph text}``: the graph after each pass, rendered when first read
+    (ShuffleNet's nine texts took 50 ms of every load).  A stage keeps its graph with
+    shape-only stand-ins for the constants (zero-stride views: the text shows only their
+    types), so the weights of earlier passes are not kept alive."""
 
     def __init__(self):
         self._graphs: dict = {}
         self._texts: dict = {}
 
     def add(self, name: str, g: Graph) -> None:
-        self._graphs[name] = g
+        self._graphs[name] = g.replace(constants={
+            k: np.broadcast_to(np.zeros((), v.dtype), np.shape(v))
+            for k, v in g.constants.items()})
 
     def __getitem__(self, name: str) -> str:
         if name not in self._texts:
