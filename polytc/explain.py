@@ -345,7 +345,10 @@ class _Explainer:
                              f" The lanes of its register tiles run over {d['lanes']}: the "
                              "result's unit-stride index is narrower than two vectors, so "
                              "the accumulators are loaded and stored with the result's "
-                             "stride, once per register tile." if "lanes" in d else ""),
+                             "stride, once per register tile." if "lanes" in d else "") + (
+                             " Its packed panels are the outermost loop of a cache tile: "
+                             "together they leave L2, so each is read from memory once and "
+                             "serves every row of the tile from L2." if "panels" in d else ""),
                          str(entry))
             elif kind == "pack":
                 d = entry.facts

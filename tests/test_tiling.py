@@ -795,3 +795,32 @@ def test_a_big_sum_outside_every_loop_is_shared_by_the_threads(src, shape):
         assert ("omp parallel" in code) == shared
     small = [a[:100] for a in args]
     assert "omp parallel" not in polytc.tc(src).specialize(*small).code
+
+
+def test_panels_that_leave_l2_run_outside_the_image_rows():
+    """A convolution of a narrow image (lanes over the output channels) whose packed
+    weight panels together leave L2: the panels' loop runs outside the image rows, so
+    each panel is read from memory once and serves every row from L2 (ResNet-18's
+    512-channel 3x3 convolutions on 7 x 7: 0.71 -> 0.61 ms in the model's run);
+    panels that stay in L2 keep the rows outside.  Both agree with numpy."""
+    import math
+
+    from polytc.machine import host
+
+    rng = np.random.default_rng(7)
+    for ch in (32, 512):
+        image = rng.standard_normal((1, ch, 9, 9)).astype(np.float32)
+        weights = rng.standard_normal((ch, ch, 3, 3)).astype(np.float32)
+        k = polytc.tc(CONV, options=polytc.Options(constants=("Wt",)))
+        windows = np.lib.stride_tricks.sliding_window_view(image, (3, 3), axis=(2, 3))
+        want = np.einsum("nchwij,fcij->nfhw", windows, weights, optimize=True)
+        np.testing.assert_allclose(k(image, weights), want, rtol=1e-4, atol=2e-3)
+        b = pipeline.run(k.program, dict(N=1, C=ch, H=9, W=9, F=ch, KH=3, KW=3), k.options)
+        entry = next(d for d in b.tiling if d.kind == "contraction")
+        cache, reg = entry.facts["cache"], entry.facts["register"]
+        lane = max(m for m, r in enumerate(reg) if r > 1)
+        panels = cache[lane] * math.prod(cache[lane + 1:]) * 4
+        kept = math.prod(cache[:lane - 1])
+        assert ("panels" in entry.facts) == (kept > 1 and panels > host().l2 // 2), \
+            (ch, entry)
+        assert ("panels" in entry.facts) == (ch == 512 and host().l2 < (8 << 20))

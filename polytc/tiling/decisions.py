@@ -20,7 +20,8 @@ class Decision:
     #: what it concerns: statement names (the tiler), the kernel's name (the mapper)
     subjects: tuple
     #: ``contraction``: ``order`` (loops outside in), ``cache`` and ``register`` tile
-    #: sizes; ``pack``: ``tensor``, ``buffer``, ``panel`` (Kt x NR), ``panels``, ``copy``
+    #: sizes, ``lanes`` (over a strided index), ``panels`` ("outermost": the packed
+    #: panels' loop outside the kept outer loops); ``pack``: ``tensor``, ``buffer``, ``panel`` (Kt x NR), ``panels``, ``copy``
     #: (and, for the code generator, the layout in facts named ``_...``, not printed);
     #: ``contract`` (a temporary kept per parallel iteration): ``loop``, ``buffer``;
     #: ``fold`` (a contraction's init and epilogue in its register tiles): ``init``,
