@@ -153,3 +153,64 @@ def test_a_shared_kernel_fault_names_its_own_group():
         with pytest.raises(polytc.KernelRuntimeError) as e:
             sess.run(None, {"x": x, "i": ok, "j": np.array([0, 5])})
         assert f"in the group {last.name} of 'Gather_2'" in str(e.value)
+
+
+def _concat_model(batch=1, out_concat=False, reuse=False, twice=False, offset_ch=16):
+    """Two convolution branches (``offset_ch`` and 8 channels of 6 x 6) concatenated on
+    the channels, then a Relu; ``out_concat``: the concatenation is returned too;
+    ``reuse``: a branch is read again after the concatenation's reader; ``twice``: one
+    branch is concatenated with itself."""
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((offset_ch, 3, 3, 3)).astype(F)
+    w2 = rng.standard_normal((8, 3, 1, 1)).astype(F)
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [batch, 3, 6, 6])
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w2"], ["b"]),
+             helper.make_node("Concat", ["a", "a"] if twice else ["a", "b"], ["c"], axis=1),
+             helper.make_node("Relu", ["c"], ["y"])]
+    cat = [batch, 2 * offset_ch if twice else offset_ch + 8, 6, 6]
+    outs = [helper.make_tensor_value_info("y", TP.FLOAT, cat)]
+    if out_concat:
+        outs.append(helper.make_tensor_value_info("c", TP.FLOAT, cat))
+    if reuse:
+        nodes.append(helper.make_node("Neg", ["b"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", TP.FLOAT, [batch, 8, 6, 6]))
+    inits = [helper.make_tensor("w1", TP.FLOAT, w1.shape, w1.ravel()),
+             helper.make_tensor("w2", TP.FLOAT, w2.shape, w2.ravel())]
+    g = helper.make_graph(nodes, "concat", [x], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), w1, w2
+
+
+def _joins(sess):
+    return [s for s in plan_of(sess).steps if type(s).__name__ == "Join"]
+
+
+@pytest.mark.parametrize("case,joined", [
+    ({}, True), ({"reuse": True}, True), ({"batch": 2}, False), ({"out_concat": True}, False),
+    ({"twice": True}, False), ({"offset_ch": 3}, False)])
+def test_concatenation_written_in_place(case, joined):
+    """A Concat of computed values along an axis before which every dimension is 1 is a
+    ``Join``: the branches' groups write straight into its parts (no copy), through the
+    native entry point and the Python executor alike; not along a batch of two, not
+    when the result or a part is returned to the user, not a value with itself, and
+    not at an offset off 64 bytes (3 channels of 6 x 6 floats)."""
+    m, w1, w2 = _concat_model(**case)
+    feeds = ex.example_inputs(m, seed=2)
+    x = feeds["x"]
+    pad = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(pad, (3, 3), axis=(2, 3))
+    a = np.einsum("nchwij,fcij->nfhw", win, w1)
+    b = np.einsum("nchw,fc->nfhw", x, w2[:, :, 0, 0])
+    c = np.concatenate([a, a] if case.get("twice") else [a, b], axis=1)
+    for native in (True, False):
+        sess = polytc.onnx.compile(m, native=native)
+        assert bool(_joins(sess)) == joined
+        for _ in range(2):
+            got = sess.run(None, feeds)
+            np.testing.assert_allclose(got[0], np.maximum(c, 0), rtol=1e-5, atol=1e-5)
+            if case.get("out_concat"):
+                np.testing.assert_allclose(got[1], c, rtol=1e-5, atol=1e-5)
+            if case.get("reuse"):
+                np.testing.assert_allclose(got[-1], -b, rtol=1e-5, atol=1e-5)
+    if joined:
+        assert any(line.startswith("join ") for line in plan_of(sess).report())

@@ -119,7 +119,7 @@ def _short(text: str, n: int = 24) -> str:
 
 def plan_html(graph, plan) -> str:
     """The graph coloured by ``plan``'s groups, a legend and the table of groups."""
-    from ..graph.group import Group, View
+    from ..graph.group import Group, Join, View
 
     fills, notes, rows, legend = {}, {}, [], []
     groups = [s for s in plan.steps if isinstance(s, Group)]
@@ -136,14 +136,16 @@ def plan_html(graph, plan) -> str:
                      escape(", ".join(g.outputs)), escape(len(g.stmts)),
                      escape("/".join(sorted(g.kinds)))))
     for s in plan.steps:
-        if isinstance(s, View) and s.node is not None:
+        if isinstance(s, (View, Join)) and s.node is not None:
             fills[s.node.name] = VIEW
-            notes[s.node.name] = "a view (no computation)"
+            notes[s.node.name] = "a view (no computation)" if isinstance(s, View) else \
+                "concatenated in place: its inputs are written into it (no copy)"
     for n in graph.nodes:
         if n.name not in fills:
             fills[n.name], notes[n.name] = FOLDED, "folded at compile time"
     legend.append(f'<div><span class="ptc-swatch" style="background:{VIEW}"></span>'
-                  'views (reshapes, no code) and folded nodes</div>')
+                  'views (reshapes, no code), concatenations written in place and folded '
+                  'nodes</div>')
     tab = table(["group", "nodes", "ops", "inputs", "outputs", "statements", "kinds"],
                 rows, raw=True)
     svg = f'<div style="max-height:640px;overflow:auto">{graph_svg(graph, fills, notes)}</div>'

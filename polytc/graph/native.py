@@ -31,7 +31,7 @@ from ..machine import threads
 from ..runtime.memory import aligned_copy, allocator, is_aligned
 from ..runtime.native import set_threads
 from .governor import Governor
-from .group import View
+from .group import Group, View
 
 _UINT = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
 
@@ -84,7 +84,7 @@ class Driver:
         fixed: list = []  # (position, array): set once
         self.feeds: list = []  # (position, graph input): set at each run
         self.fresh: list = []  # (position, value, allocator, shape, dtype): likewise
-        fills = {v: f for s in plan.steps if not isinstance(s, View)
+        fills = {v: f for s in plan.steps if isinstance(s, Group)
                  for v, f in zip(s.outputs, plan.kernels[s.name].out_fill)}
         inputs = set(plan.bound.graph.inputs)
 
@@ -109,7 +109,7 @@ class Driver:
         self.steps: list = []  # and its group
         self.aligned: set = set()  # values some kernel wants 64-byte aligned
         for s in plan.steps:
-            if isinstance(s, View):
+            if not isinstance(s, Group):  # a view, or a concatenation written in place
                 continue
             ck = plan.kernels[s.name]
             args = [slot(v) for v in s.inputs + s.outputs]

@@ -33,7 +33,7 @@ from ..lang.parser import parse
 from ..lang.sema import check
 from ..runtime.memory import aligned_copy, aligned_empty
 from .bind import bind
-from .group import Group, View, canonical, form_groups
+from .group import Group, Join, View, canonical, form_groups
 
 
 class Plan:
@@ -43,7 +43,7 @@ class Plan:
         self.target = target
         backend = backends.get(target)
         self.bound = bind(graph, shapes)
-        self.steps = form_groups(self.bound, fuse)
+        self.steps = form_groups(self.bound, fuse, join=not backend.device_arrays)
         self.outputs = graph.outputs
         self.timings = {"bind+group": time.perf_counter() - t0}
         self.kernels = {}
@@ -81,8 +81,7 @@ class Plan:
             self.device = next(iter(self.kernels.values()))
         self._plan_memory()
         if self.device is not None:  # the constants the steps read, uploaded once
-            read = {v for s in self.steps for v in ([s.source] if isinstance(s, View)
-                                                    else s.inputs)}
+            read = {v for s in self.steps for v in _reads(s)}
             self.dconstants = {v: self.device.upload(c) for v, c in self.constants.items()
                                if v in read}
         #: the steps as one C function (``native.Driver``) on the C target, unless
@@ -140,11 +139,16 @@ class Plan:
                 fresh.add(s.source)
         last: dict = {}
         for k, s in enumerate(self.steps):
-            for v in ([s.source] if isinstance(s, View) else s.inputs):
+            for v in _reads(s):
                 last[v] = k
         for s in reversed(self.steps):  # a view keeps its source alive
             if isinstance(s, View):
                 last[s.source] = max(last.get(s.source, 0), last.get(s.value, 0))
+        # an in-place concatenation's buffer holds its sources from the first one's
+        # step until neither it nor any of them is read any more
+        joined = {v: s for s in self.steps if isinstance(s, Join) for v in s.sources}
+        ends = {s.value: max(last.get(v, s.position) for v in s.sources + (s.value,))
+                for s in self.steps if isinstance(s, Join)}
         self.fresh = fresh
         # step index -> the values no later step reads (dropped there on a device)
         self.dying: dict = {}
@@ -154,28 +158,39 @@ class Plan:
         for s in self.steps:
             if isinstance(s, Group):
                 owned.update(v for v in s.outputs if v in fresh)
-            elif s.source in owned:
+            elif isinstance(s, View) and s.source in owned:
                 owned.add(s.value)
         self.owned = owned
-        self.slot: dict = {}  # value -> buffer index
+        self.slot: dict = {}  # value -> (buffer index, byte offset)
         sizes: list = []
         free: list = []  # buffer indices
         dying: dict = {}
+
+        def take(v, k, end):
+            need = refs[v].size * refs[v].dtype.itemsize
+            fit = [b for b in free if sizes[b] >= need]
+            if fit:
+                b = min(fit, key=lambda b: sizes[b])
+                free.remove(b)
+            else:
+                b = len(sizes)
+                sizes.append(need)
+            dying.setdefault(end, []).append(b)
+            return b
+
         for k, s in enumerate(self.steps):
             if isinstance(s, Group):
                 for v in s.outputs:
                     if v in fresh:
                         continue
-                    need = refs[v].size * refs[v].dtype.itemsize
-                    fit = [b for b in free if sizes[b] >= need]
-                    if fit:
-                        b = min(fit, key=lambda b: sizes[b])
-                        free.remove(b)
-                    else:
-                        b = len(sizes)
-                        sizes.append(need)
-                    self.slot[v] = b
-                    dying.setdefault(last.get(v, k), []).append(b)
+                    j = joined.get(v)
+                    if j is None:
+                        self.slot[v] = (take(v, k, last.get(v, k)), 0)
+                        continue
+                    if j.value not in self.slot:  # the first of its sources
+                        self.slot[j.value] = (take(j.value, k, ends[j.value]), 0)
+                    at = j.offsets[j.sources.index(v)] * refs[v].dtype.itemsize
+                    self.slot[v] = (self.slot[j.value][0], at)
             free.extend(dying.pop(k, []))
         self.placed = {}  # value -> its array in the arena, made once
         if self.device is not None:  # values live on the device, one buffer each
@@ -183,9 +198,10 @@ class Plan:
             return
         arena = [aligned_empty((max(n, 1),), np.uint8, always=True) for n in sizes]
         self.arena_bytes = sum(sizes)
-        for v, b in self.slot.items():
+        for v, (b, at) in self.slot.items():
             r = refs[v]
-            self.placed[v] = arena[b][:r.size * r.dtype.itemsize].view(r.dtype).reshape(r.shape)
+            self.placed[v] = arena[b][at:at + r.size * r.dtype.itemsize].view(
+                r.dtype).reshape(r.shape)
 
     def _buffer(self, v, fill):
         a = self.placed.get(v)
@@ -216,6 +232,9 @@ class Plan:
         for s in self.steps:
             if isinstance(s, View):
                 env[s.value] = env[s.source].reshape(s.shape)
+                continue
+            if isinstance(s, Join):  # its sources were written into it
+                env[s.value] = self.placed[s.value]
                 continue
             ck = self.kernels[s.name]
             outs = [self._buffer(v, f) for v, f in zip(s.outputs, ck.out_fill)]
@@ -304,6 +323,9 @@ class Plan:
         for s in self.steps:
             if isinstance(s, View):
                 lines.append(f"view  {s.value} = reshape({s.source}) {list(s.shape)}")
+            elif isinstance(s, Join):
+                lines.append(f"join  {s.value} = concat({', '.join(s.sources)}), "
+                             "written in place")
             else:
                 ck = self.kernels[s.name]
                 ms = sum(ck.timings.values()) * 1e3 if ck.timings else 0.0
@@ -311,3 +333,10 @@ class Plan:
                              f"{'/'.join(sorted(s.kinds))}{f', {ms:.0f} ms' if ms else ''}]")
         config.log(2, "\n".join(lines))
         return lines
+
+
+def _reads(step) -> list:
+    """The values a step reads."""
+    if isinstance(step, View):
+        return [step.source]
+    return list(step.sources) if isinstance(step, Join) else step.inputs
