@@ -460,12 +460,15 @@ CONV_RELU = """def conv(float(N,C,H,W) I, float(F,C,3,3) Wt, float(F) b) -> (O) 
 def test_channel_lanes_apply_the_epilogue_as_they_store():
     """Lanes over the channels (a narrow image) with a bias and ReLU on a temporary:
     each lane's value goes through the epilogue as it is stored, with the result's
-    stride, on the last reduction tile, instead of a pass that reads it back."""
+    stride, on the last reduction tile, instead of a pass that reads it back; the
+    tile goes through one buffer (``pt_t``) in one loop over its lanes for all its
+    rows (``microkernel.strided_tile``), not a loop per accumulator vector."""
     ck = check(CONV_RELU, [(2, 8, 9, 9), (40, 8, 3, 3), (40,)],
                polytc.Options(parallel_min_points=1))
     assert "lanes f" in ck.stages["tiling"] and "fold" in ck.stages["fold"]
-    stores = [ln for ln in ck.code.splitlines() if "pt_s[pt_l]" in ln]
+    stores = [ln for ln in ck.code.splitlines() if "pt_t[" in ln and "+ pt_l]" in ln]
     assert any(ln.lstrip().startswith("O[") for ln in stores)
+    assert "pt_s[" not in ck.code
 
 
 @pytest.mark.parametrize("deep", [True, False])
