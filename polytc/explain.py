@@ -400,6 +400,14 @@ class _Explainer:
                          f"points per result; the loop over {d['member']} (the result's last "
                          "index) runs inside the window loops, so each window offset updates "
                          "a whole row of results as one vector operation.", str(entry))
+            elif kind == "window":
+                d = entry.facts
+                self.say("vectorize", f"{', '.join(entry.subjects)}: a max or min over a "
+                         f"window of {d['window']} points per result; the loop over "
+                         f"{d['member']} (the result's last index) is a vector loop around "
+                         "the window, spelt out: each lane accumulates its result's window "
+                         "in a register, with a flag for a NaN operand (the result is then "
+                         "NaN).", str(entry))
             elif kind == "promote":
                 self.say("vectorize", f"{self.label(entry.subject)}: its innermost loop is a "
                          "reduction into one element, accumulated in a register (a "

@@ -7,6 +7,8 @@ passes in; the function fills those whose initial value it reads.  The function 
 """
 from __future__ import annotations
 
+import itertools
+import math
 import re
 
 import cgen as c
@@ -139,6 +141,9 @@ class Promotion:
             return vector
         iters = [self.em.for_header(lp)[0] for lp in loops]
         red, flag = self._simd_reduction(items)
+        unroll = self._unrolled(loops, items)
+        if unroll is not None:  # inside a vector loop: no reduction of its own
+            red, flag = None, flag or "pt_nan0"
         decls, pro, body, epi, post = [], [], [], [], []
         for u, (inner, user, at, _) in enumerate(items):
             sst, printer = self.em.instance(user, at)
@@ -166,12 +171,21 @@ class Promotion:
             acc = f"pt_acc{u}"
             if inner is None:
                 decls.append(c.Statement(f"{ct} {acc} = {start}"))
-                if flag:
+                if unroll is not None:  # each window point spelt out
+                    points = [self.em.instance(user, dict(at or {}, **pt))[1]
+                              for pt in unroll]
+                if flag and st.op in ("min", "max") and st.rhs.dtype.is_float:
                     decls.append(c.Statement(f"int {flag} = {target} != {target}"))
-                    body.append(c.Statement(extremum_update(
-                        st.op, st.rhs.dtype, printer.expr(st.rhs), acc, flag).rstrip(";")))
+                    body += [c.Statement(extremum_update(
+                        st.op, st.rhs.dtype, p.expr(st.rhs), acc, flag).rstrip(";"))
+                        for p in (points if unroll is not None else [printer])]
                     nan = literal(float("nan"), st.rhs.dtype)
                     epi.append(c.Statement(f"{target} = {flag} ? {nan} : {acc}"))
+                    continue
+                if unroll is not None:
+                    body += [c.Statement(statement_code(sst, p, acc).rstrip(";"))
+                             for p in points]
+                    epi.append(c.Statement(f"{target} = {acc}"))
                     continue
                 code = statement_code(sst, printer, acc).rstrip(";")
                 split = self._split_sum(loops, red, st, acc, code) or \
@@ -197,6 +211,8 @@ class Promotion:
             code = statement_code(sst, printer, slot).rstrip(";")
             body += simd(header, c.Statement(code))
             epi += simd(header, c.Statement(f"{target} = {slot}"))
+        if unroll is not None:
+            return [c.Block(decls + pro + body + epi + post)]
         nest = body
         # one vector reduction over the whole nest when its bounds are constants
         # (``collapse``): one per innermost loop would reduce its vector every row
@@ -214,6 +230,21 @@ class Promotion:
                 pragma = red
             nest = [c.Pragma(pragma), loop] if pragma else [loop]
         return [c.Block(decls + pro + nest + epi + post)]
+
+    def _unrolled(self, loops, items):
+        """Inside a vector loop (a window's result per lane: ``Tiler.sink_rows``), a
+        nest of at most 16 points in constant loops over one scalar accumulator: the
+        iterator values of each point (gcc vectorises the outer loop only when the nest
+        is spelt out), else None."""
+        if not self.em.in_simd or len(items) != 1 or items[0].inner is not None:
+            return None
+        bounds = [_const_bounds(lp) for lp in loops]
+        if any(lo is None for lo, _hi in bounds) or \
+                math.prod(hi - lo + 1 for lo, hi in bounds) > 16:
+            return None
+        iters = [self.em.for_header(lp)[0] for lp in loops]
+        return [{it: f"{v}L" for it, v in zip(iters, values)}
+                for values in itertools.product(*(range(lo, hi + 1) for lo, hi in bounds))]
 
     def _split_sum(self, loops, red, st, acc: str, code: str):
         """A ``+``/``*`` reduction over one loop of at least two blocks of ``4 x lanes``
@@ -358,6 +389,7 @@ class CEmitter:
         prog = scop.program
         self.locals = locals_of(decisions, scop, isl_expr)  # contracted temporaries
         self.outlining = 0  # the depth of outlined parallel loops around the node
+        self.in_simd = 0  # the depth of vector (``omp simd``) loops around it
         self.touched: list = []  # (local, inside an outlined loop) per printed instance
         #: locals some instance accesses outside the loop that declares them (isl put it
         #: beside the loop): the code is made again without them (``backends.c``)
@@ -406,9 +438,12 @@ class CEmitter:
         if t == T.for_:
             it, header = self.for_header(n)
             outlined = bool(pragma) and it == pragma[1] and pragma[0].startswith("omp parallel")
+            simd = bool(pragma) and it == pragma[1] and pragma[0] == "omp simd"
             self.iters.append(it)
             self.outlining += outlined
+            self.in_simd += simd
             inner = self.node(n.for_get_body())
+            self.in_simd -= simd
             self.outlining -= outlined
             self.iters.pop()
             # a mark applies to the loop of its schedule dimension; when isl dropped

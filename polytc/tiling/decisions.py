@@ -9,7 +9,7 @@ from typing import Mapping
 
 #: what a decision can be: the tiler's, then the mapper's
 KINDS = ("split", "contraction", "pack", "contract", "fold", "simd", "promote", "sink",
-         "transpose", "threads",
+         "window", "transpose", "threads",
          "one block", "groups")
 _SIZES = ("cache", "register", "panel", "tile", "block", "reduction_tile")  # printed as 32x32
 
