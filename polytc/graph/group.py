@@ -129,13 +129,13 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
 
 def _in_place_concats(bound) -> dict:
     """Concat node -> (sources, element offsets) for each concatenation whose inputs can
-    be written in place: along an axis before which every dimension is 1
-    (each input is then one contiguous part of the result: channels of one image), each
-    input made by a computed node, or a view of one (then that node's result is placed),
-    not an input, a constant or another such concatenation, of the result's type, read by no other of them, at a 64-byte
-    aligned offset, and neither it nor the result returned to the user (a returned value
-    has its own memory).  SqueezeNet's fire modules: the expand convolutions' outputs
-    were copied into the concatenation, ~5% of the model's run."""
+    be written in place: along an axis before which every dimension is 1 (each input is
+    then one contiguous part of the result: channels of one image), each input made by
+    a computed node, or a view of one (then that node's result is placed), not an
+    input, a constant or another such concatenation, of the result's type, a source of
+    no other one, at a 64-byte aligned offset, and neither it nor the result returned
+    to the user (a returned value has its own memory).  SqueezeNet's fire modules: the
+    expand convolutions' outputs were copied into the concatenation, ~5% of the run."""
     g, refs = bound.graph, bound.refs
     kept = set(g.outputs)  # returned values, and the values they are views of
     while True:

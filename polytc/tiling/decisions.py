@@ -21,11 +21,14 @@ class Decision:
     subjects: tuple
     #: ``contraction``: ``order`` (loops outside in), ``cache`` and ``register`` tile
     #: sizes, ``lanes`` (over a strided index), ``panels`` ("outermost": the packed
-    #: panels' loop outside the kept outer loops); ``pack``: ``tensor``, ``buffer``, ``panel`` (Kt x NR), ``panels``, ``copy``
-    #: (and, for the code generator, the layout in facts named ``_...``, not printed);
+    #: panels' loop outside the kept outer loops); ``pack``: ``tensor``, ``buffer``,
+    #: ``panel`` (Kt x NR), ``panels``, ``copy`` (and, for the code generator, the
+    #: layout in facts named ``_...``, not printed);
     #: ``contract`` (a temporary kept per parallel iteration): ``loop``, ``buffer``;
     #: ``fold`` (a contraction's init and epilogue in its register tiles): ``init``,
     #: ``epilogue`` (statement names or None);
+    #: ``sink`` and ``window`` (a small window reduction's rows sunk below the window
+    #: loops, or a vector loop around the spelt-out window): ``member``, ``window``;
     #: ``transpose`` (square tiles of a band that writes along one index and reads
     #: along another): ``tile``;
     #: ``split``: ``groups`` (statement names per new band); ``threads``:
