@@ -13,6 +13,7 @@ import functools
 import math
 import re
 
+import islpy as isl
 import numpy as np
 
 from ..diagnostics import UnsupportedError
@@ -333,3 +334,39 @@ def extremum_update(op: str, t, rhs: str, target: str, nan_flag: str | None = No
         return (f"{{ {t.c_name} _v = {rhs}; {t.c_name} _m = {update}; "
                 f"{target} = _v != _v ? _v : _m; }}")
     return f"{{ {t.c_name} _v = {rhs}; {target} = {update};{flag} }}"
+
+
+_OP = isl.ast_expr_op_type
+_BINARY = {
+    _OP.add: "+", _OP.sub: "-", _OP.mul: "*", _OP.div: "/", _OP.pdiv_q: "/",
+    _OP.pdiv_r: "%", _OP.zdiv_r: "%", _OP.eq: "==", _OP.le: "<=", _OP.lt: "<",
+    _OP.ge: ">=", _OP.gt: ">", _OP.and_: "&&", _OP.and_then: "&&", _OP.or_: "||",
+    _OP.or_else: "||",
+}
+
+
+def isl_expr(e) -> str:
+    """An isl AST expression as C (loop bounds and statement arguments: all ``long``)."""
+    t = e.get_type()
+    if t == isl.ast_expr_type.int:
+        return f"{e.int_get_val().to_python()}L"
+    if t == isl.ast_expr_type.id:
+        return e.id_get_id().get_name()
+    op = e.op_get_type()
+    args = [isl_expr(e.op_get_arg(i)) for i in range(e.op_get_n_arg())]
+    if op in _BINARY:
+        return f"({args[0]} {_BINARY[op]} {args[1]})"
+    if op == _OP.minus:
+        return f"(-{args[0]})"
+    if op in (_OP.min, _OP.max):
+        f = "PT_MIN" if op == _OP.min else "PT_MAX"
+        out = args[0]
+        for a in args[1:]:
+            out = f"{f}({out}, {a})"
+        return out
+    if op == _OP.fdiv_q:
+        a, b = args
+        return f"(({a}) >= 0 ? ({a}) / ({b}) : -((-({a}) + ({b}) - 1) / ({b})))"
+    if op in (_OP.cond, _OP.select):
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    raise NotImplementedError(f"isl AST operator {op}")

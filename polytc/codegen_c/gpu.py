@@ -21,7 +21,9 @@ import cgen as c
 import islpy as isl
 
 from .cexpr import ExprPrinter, div_helpers
-from .emit import CEmitter, Promotion, isl_expr
+from .cexpr import isl_expr
+from .emit import CEmitter
+from .promote import Promotion
 
 _T = isl.ast_node_type
 

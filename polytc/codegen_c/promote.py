@@ -1,0 +1,312 @@
+"""Register promotion under a ``promote`` mark (``Promotion``): a reduction's
+accumulators in locals, the explicit-vector micro-kernel of a contraction's register
+tile (``microkernel.py``), vector reductions into one scalar, and a small window spelt
+out inside a vector loop."""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import cgen as c
+import islpy as isl
+
+from ..lang import program as P
+from .cexpr import extremum_update, isl_expr, literal, statement_code, target_code
+from .microkernel import Row, micro_kernel
+from .microkernel import const_bounds as _const_bounds
+from .pack import PackPrinter
+
+_OP = isl.ast_expr_op_type
+
+
+class Promotion:
+    """Register promotion under a ``promote`` mark: the marked loop nest reduces into
+    elements that do not depend on its iterators, so each accumulator is loaded into a
+    local (a scalar, or an array over an inner ``simd`` loop) before the nest, updated in
+    it and stored after it.  ``emit`` returns ``None`` when the pattern does not hold,
+    and the nest is generated as it is."""
+
+    def __init__(self, em, node):  # em: the ``emit.CEmitter``
+        self.em, self.node = em, node
+
+    def emit(self):
+        T = isl.ast_node_type
+        loops, n = [], self.node
+        while n.get_type() == T.for_:
+            loops.append(n)
+            n = n.for_get_body()
+        if not loops:
+            return None
+        if n.get_type() == T.mark and n.mark_get_id().get_name().startswith("rows:"):
+            items = self._rows(n, loops)
+        else:
+            items = self._items(_children(n))
+        return None if items is None else self.tile(loops, items)
+
+    def _rows(self, mark, loops):
+        """The rows of a register tile under a ``rows:<depth>:<MR>`` mark, unrolled: the
+        row loop's iterator replaced by each value.  A loop whose upper bound depends on
+        outer loops (a partial tile: ``c13 <= min(7, 104 - c6)``) gives ``MR`` rows, each
+        at ``min(row, bound)`` (the last row again past the bound: every access stays in
+        bounds) and stored only up to the bound (``Row.guard``)."""
+        count = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
+        body = mark.mark_get_node()
+        if body.get_type() != isl.ast_node_type.for_:  # one row: isl dropped the loop
+            return self._items(_children(body))
+        items = self._items(_children(body.for_get_body()))
+        if items is None:
+            return None
+        it = self.em.for_header(body)[0]
+        lo, hi = _const_bounds(body)
+        if lo is not None:
+            return [r._replace(at={it: f"{v}L"}) for v in range(lo, hi + 1) for r in items]
+        init, cond = body.for_get_init(), body.for_get_cond()
+        if init.get_type() != isl.ast_expr_type.int or \
+                cond.get_type() != isl.ast_expr_type.op or cond.op_get_type() != _OP.le:
+            return None
+        lo = init.int_get_val().to_python()
+        bound = isl_expr(cond.op_get_arg(1))
+        iters = [self.em.for_header(lp)[0] for lp in loops]
+        if _uses(bound, iters + [it]):
+            return None
+        return [r._replace(at={it: f"{v}L" if v == lo else f"PT_MIN({v}L, {bound})"},
+                           guard=None if v == lo else f"{v}L <= {bound}")
+                for v in range(lo, lo + count) for r in items]
+
+    @staticmethod
+    def _items(kids):
+        """A ``Row`` (inner simd loop or None, user node) per row of a register tile, or
+        None when a node is something else."""
+        T = isl.ast_node_type
+        items = []
+        for k in kids:
+            inner = None
+            if k.get_type() == T.mark and k.mark_get_id().get_name().startswith("simd:"):
+                k = k.mark_get_node()  # a user node: isl dropped a one-lane loop
+                if k.get_type() == T.for_:
+                    inner, k = k, k.for_get_body()
+            if k.get_type() != T.user:
+                return None
+            items.append(Row(inner, k))
+        return items
+
+    def tile(self, loops, items):
+        """The promoted code of the rows ``items`` under the reduction ``loops``."""
+        vector = micro_kernel(self.em, loops, items)
+        if vector is not None or any(r.guard for r in items):
+            return vector
+        iters = [self.em.for_header(lp)[0] for lp in loops]
+        red, flag = self._simd_reduction(items)
+        unroll = self._unrolled(loops, items)
+        if unroll is not None:  # inside a vector loop: no reduction of its own
+            red, flag = None, flag or "pt_nan0"
+        decls, pro, body, epi, post = [], [], [], [], []
+        for u, (inner, user, at, _) in enumerate(items):
+            sst, printer = self.em.instance(user, at)
+            st = sst.stmt
+            if sst.kind != "body" or st.op is None or any(
+                    r.tensor == st.tensor for r in P.reads(st.rhs)):
+                return None
+            target = target_code(sst, printer)
+            if _uses(target, iters):
+                return None
+            fold = self.em.folds.get(sst.name)
+            if fold is not None:  # the folded init and epilogue (``fold.py``)
+                ends = fold.tile_conditions(self.em, loops, printer.vars)
+                if ends is None or flag:
+                    return None
+                header = self.em.for_header(inner)[1] if inner is not None else None
+                post.append(c.If(ends[1], c.Block(fold.epilogue(self.em, printer.vars,
+                                                                header))))
+                start = fold.start(ends[0], target)
+            else:
+                start = target
+            if printer.varying:
+                printer.varying = tuple(iters)
+            ct = st.rhs.dtype.c_name
+            acc = f"pt_acc{u}"
+            if inner is None:
+                decls.append(c.Statement(f"{ct} {acc} = {start}"))
+                if unroll is not None:  # each window point spelt out
+                    points = [self.em.instance(user, dict(at or {}, **pt))[1]
+                              for pt in unroll]
+                if flag and st.op in ("min", "max") and st.rhs.dtype.is_float:
+                    decls.append(c.Statement(f"int {flag} = {target} != {target}"))
+                    body += [c.Statement(extremum_update(
+                        st.op, st.rhs.dtype, p.expr(st.rhs), acc, flag).rstrip(";"))
+                        for p in (points if unroll is not None else [printer])]
+                    nan = literal(float("nan"), st.rhs.dtype)
+                    epi.append(c.Statement(f"{target} = {flag} ? {nan} : {acc}"))
+                    continue
+                if unroll is not None:
+                    body += [c.Statement(statement_code(sst, p, acc).rstrip(";"))
+                             for p in points]
+                    epi.append(c.Statement(f"{target} = {acc}"))
+                    continue
+                code = statement_code(sst, printer, acc).rstrip(";")
+                split = self._split_sum(loops, red, st, acc, code) or \
+                    self._lane_sum(loops, red, st, acc, code)
+                if split is not None:
+                    return [c.Block(decls + split + [c.Statement(f"{target} = {acc}")] +
+                                    post)]
+                body.append(c.Statement(code))
+                epi.append(c.Statement(f"{target} = {acc}"))
+                continue
+            it, header = self.em.for_header(inner)
+            if printer.varying:
+                printer.varying = tuple(iters) + (it,)
+            if isinstance(printer, PackPrinter):  # a packed operand's lanes
+                printer.inner = tuple(iters) + (it,)
+            lo, hi = _const_bounds(inner)
+            if lo is None or _uses(" ".join(header), iters):
+                return None
+            slot = f"{acc}[{it} - {lo}L]"
+            decls.append(c.Statement(f"{ct} {acc}[{hi - lo + 1}]"))
+            simd = self.em.simd_loop
+            pro += simd(header, c.Statement(f"{slot} = {start}"))
+            code = statement_code(sst, printer, slot).rstrip(";")
+            body += simd(header, c.Statement(code))
+            epi += simd(header, c.Statement(f"{target} = {slot}"))
+        if unroll is not None:
+            return [c.Block(decls + pro + body + epi + post)]
+        nest = body
+        # one vector reduction over the whole nest when its bounds are constants
+        # (``collapse``): one per innermost loop would reduce its vector every row
+        whole = red is not None and self.em.omp_reductions and len(loops) > 1 and \
+            all(_const_bounds(lp)[0] is not None for lp in loops)
+        for depth, lp in enumerate(reversed(loops)):
+            loop = c.For(*self.em.for_header(lp)[1], c.Block(nest))
+            pragma = None
+            if red is not None and whole and depth == len(loops) - 1:
+                pragma = f"{red} collapse({len(loops)})"
+                if self.em.shared_sum(_trips(loops), " ".join(map(str, body))):
+                    pragma = pragma.replace("omp simd", "omp parallel for simd" +
+                                            self.em.team_clause(), 1)
+            elif red is not None and not whole and depth == 0:
+                pragma = red
+            nest = [c.Pragma(pragma), loop] if pragma else [loop]
+        return [c.Block(decls + pro + nest + epi + post)]
+
+    def _unrolled(self, loops, items):
+        """Inside a vector loop (a window's result per lane: ``Tiler.sink_rows``), a
+        nest of at most 16 points in constant loops over one scalar accumulator: the
+        iterator values of each point (gcc vectorises the outer loop only when the nest
+        is spelt out), else None."""
+        if not self.em.in_simd or len(items) != 1 or items[0].inner is not None:
+            return None
+        bounds = [_const_bounds(lp) for lp in loops]
+        if any(lo is None for lo, _hi in bounds) or \
+                math.prod(hi - lo + 1 for lo, hi in bounds) > 16:
+            return None
+        iters = [self.em.for_header(lp)[0] for lp in loops]
+        return [{it: f"{v}L" for it, v in zip(iters, values)}
+                for values in itertools.product(*(range(lo, hi + 1) for lo, hi in bounds))]
+
+    def _split_sum(self, loops, red, st, acc: str, code: str):
+        """A ``+``/``*`` reduction over one loop of at least two blocks of ``4 x lanes``
+        iterations, with an accumulator per lane of four vectors (``pt_part``): one
+        vector accumulator makes every step wait for the previous one (4 cycles of
+        latency per vector), four keep the adder busy (a 1024-long sum: 2x).  The
+        statements, or None where that does not apply."""
+        if red is None or len(loops) != 1 or st.op not in ("+", "*"):
+            return None
+        lo, hi = _const_bounds(loops[0])
+        width = 4 * self.em.lanes(st.rhs.dtype.np_dtype.itemsize)
+        if lo is None or hi - lo + 1 < 2 * width:
+            return None
+        it = self.em.for_header(loops[0])[0]
+        part = f"pt_part_{acc}"
+        end = lo + (hi - lo + 1) // width * width  # the blocks end here
+        body, combine = self._lane_sums(part, width, red, st, acc)
+        block = c.For(f"long {it}_o = {lo}L", f"{it}_o < {end}L", f"{it}_o += {width}L",
+                      c.Block(self.em.simd_loop(_each_lane(width), c.Block([
+                          c.Statement(f"long {it} = {it}_o + pt_l"),
+                          c.Statement(re.sub(rf"\b{acc}\b", f"{part}[pt_l]", code))]))))
+        rest = [c.For(f"long {it} = {end}L", f"{it} <= {hi}L", f"{it} += 1",
+                      c.Block([c.Statement(code)]))] if end <= hi else []
+        if self.em.shared_sum(end - lo, code):  # each thread sums its share of the
+            # blocks in its own lanes, then the threads combine their sums
+            team = f"omp parallel reduction({st.op}:{acc}){self.em.team_clause()}"
+            return [c.Pragma(team), c.Block(body + [c.Pragma("omp for schedule(static)"),
+                                                    block] + combine)] + rest
+        return body + [block] + rest + combine
+
+    def _lane_sum(self, loops, red, st, acc: str, code: str):
+        """A ``+``/``*`` reduction over a nest of constant loops whose innermost one is
+        at most four vectors long (and not a power of two below one), with an
+        accumulator per iteration of that loop (``pt_lane``), vectorised along it and
+        combined once at the end.  gcc's ``collapse`` of the nest into one vector loop
+        recomputes every element's indices with divisions (a global average pool over
+        14x14 pixels ran 10x slower than PyTorch's).  The statements, or None."""
+        if red is None or len(loops) < 2 or st.op not in ("+", "*"):
+            return None
+        if any(_const_bounds(lp)[0] is None for lp in loops):
+            return None
+        lo, hi = _const_bounds(loops[-1])
+        width, lanes = hi - lo + 1, self.em.lanes(st.rhs.dtype.np_dtype.itemsize)
+        if width > 4 * lanes or (width < lanes and width & (width - 1) == 0):
+            return None  # narrower than a vector by a power of two: collapsed, gcc
+            # splits the indices with shifts and fills whole vectors (8x8 pixels)
+        it, header = self.em.for_header(loops[-1])
+        part = f"pt_lane_{acc}"
+        head, combine = self._lane_sums(part, width, red, st, acc)
+        nest = self.em.simd_loop(header, c.Block([
+            c.Statement(re.sub(rf"\b{acc}\b", f"{part}[{it} - {lo}L]", code))]))
+        for lp in reversed(loops[:-1]):
+            nest = [c.For(*self.em.for_header(lp)[1], c.Block(nest))]
+        return head + nest + combine
+
+    def _lane_sums(self, part: str, width: int, red, st, acc: str):
+        """``(head, combine)`` of a reduction into ``acc`` kept in ``width`` partial
+        sums ``part``: their declaration and start at the identity, and the reduction
+        of them into ``acc`` (``_split_sum``, ``_lane_sum``)."""
+        ident = literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)
+        head = [c.Statement(f"{st.rhs.dtype.c_name} {part}[{width}] "
+                            "__attribute__((aligned(64)))")] + \
+            self.em.simd_loop(_each_lane(width), c.Statement(f"{part}[pt_l] = {ident}"))
+        return head, [c.Pragma(red), c.For(*_each_lane(width),
+                                           c.Statement(f"{acc} {st.op}= {part}[pt_l]"))]
+
+    def _simd_reduction(self, items):
+        """The pragma that vectorises the reduction into one scalar accumulator
+        (reassociating it, as every BLAS does), and the name of its NaN flag.  A float
+        ``min``/``max`` under an OpenMP reduction takes no NaN (OpenMP combines partial
+        results in any order, and a comparison drops a NaN): a NaN operand sets the flag
+        (an ``|`` reduction) and the result is NaN.  Then combining partial results in
+        any order gives the sequential result."""
+        if len(items) != 1 or items[0].inner is not None:
+            return None, None
+        sst, _ = self.em.instance(items[0].user)
+        op = sst.stmt.op
+        red = self.em.reduction_pragma(op, "pt_acc0")
+        if red and self.em.omp_reductions and op in ("min", "max") \
+                and sst.stmt.rhs.dtype.is_float:
+            return red + " reduction(|:pt_nan0)", "pt_nan0"
+        return red, None
+
+
+def _children(node) -> list:
+    """The nodes of an AST block, or the node itself."""
+    if node.get_type() != isl.ast_node_type.block:
+        return [node]
+    lst = node.block_get_children()
+    return [lst.get_at(i) for i in range(lst.n_ast_node())]
+
+
+def _each_lane(width: int) -> tuple:
+    """The header of a loop over ``pt_l`` in ``0:width``."""
+    return ("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1")
+
+
+def _trips(loops) -> int:
+    """Iterations of a nest of loops of constant bounds."""
+    n = 1
+    for lp in loops:
+        lo, hi = _const_bounds(lp)
+        n *= hi - lo + 1
+    return n
+
+
+def _uses(text: str, names) -> bool:
+    return any(re.search(rf"\b{n}\b", text) for n in names)
