@@ -345,15 +345,18 @@ def test_few_rows_share_the_j_tiles_among_the_cores():
 
 
 def test_tile_depth_grows_when_the_result_block_leaves_l2():
-    """Tk from L1 while the Ti x Tj result block stays in a quarter of L2; beyond, as
-    deep as half of L2 holds the Ti x Tk block (the result tile is then loaded and
-    stored once per Tk step from memory)."""
+    """Tk from L1 while the Ti x Tj result block stays in a quarter of L2 (96 for a
+    panel of 64 lanes in half of 48 KiB, or the divisor of the reduction nearest to it:
+    no partial reduction tile); beyond, as deep as half of L2 holds the Ti x Tk block
+    (the result tile is then loaded and stored once per Tk step from memory)."""
     from polytc.machine import Machine
     from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     small = choose_sizes(128, 1024, 1024, 4, two, packed=True)  # 64 x 512: 128 KiB
-    assert small.cache == (64, 512, (24 << 10) // (4 * 64))
+    assert small.cache == (64, 512, 128)  # 1024 % 96 != 0: 64 and 128 as near, 128
+    assert choose_sizes(128, 1024, 960, 4, two, packed=True).cache[2] == 96
+    assert choose_sizes(128, 1024, 784, 4, two, packed=True).cache[2] == 98
     big = choose_sizes(1024, 1024, 1024, 4, two, packed=True)  # 512 x 512: 1 MiB
     assert big.cache == (512, 512, (1 << 20) // (4 * 512))
 
