@@ -17,14 +17,6 @@ def softmax(float(N,D) X) -> (Y) {
     Y(n, d) = e(n, d) / s(n)
 }"""
 
-LAYERNORM = """
-def layernorm(float(N,D) X, float(D) gamma, float(D) beta) -> (Y) {
-    mean(n) +=! X(n, d) / D
-    xc(n, d) = X(n, d) - mean(n)
-    var(n) +=! xc(n, d) * xc(n, d) / D
-    Y(n, d) = xc(n, d) * rsqrt(var(n) + 1e-5) * gamma(d) + beta(d)
-}"""
-
 
 def np_softmax(x):
     e = np.exp(x - x.max(axis=1, keepdims=True))

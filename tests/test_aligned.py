@@ -10,7 +10,10 @@ import pytest
 import polytc
 from polytc.codegen_c.aligned import by_alignment
 from polytc.machine import host
-from tests.kernels_small import LAYERNORM, SOFTMAX
+from tests.kernels import CATALOGUE
+from tests.kernels_small import SOFTMAX
+
+LAYERNORM = next(e.tc for e in CATALOGUE if e.name == "layernorm")
 
 
 def placed(a: np.ndarray, offset: int) -> np.ndarray:

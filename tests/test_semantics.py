@@ -214,6 +214,20 @@ def test_nan_test_stays_off_the_accumulators_chain(stride):
     np.testing.assert_array_equal(k(a), want)  # NaN == NaN here
 
 
+def test_strided_integer_window_max_is_spelt_out():
+    """An integer max over a strided window: the vector loop around the spelt-out
+    window, each lane's accumulator updated in place (no NaN flag), as numpy."""
+    k = polytc.tc("def p(int32(N, H, W) A) -> (O) {\n"
+                  "    O(n, i, j) max=! A(n, i + a, 2 * j + b)"
+                  " where a in 0:3, b in 0:3, j in 0:(W - 3) / 2 + 1\n}")
+    a = np.random.default_rng(2).integers(-100, 100, (3, 20, 41)).astype(np.int32)
+    ck = k.specialize(a)
+    assert "window " in ck.stages["tiling"] and "reduction(" not in ck.code
+    assert "pt_nan0" not in ck.code
+    win = np.lib.stride_tricks.sliding_window_view(a, (3, 3), axis=(1, 2))[:, :, ::2]
+    np.testing.assert_array_equal(k(a), win.max(axis=(3, 4)))
+
+
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin", "ReduceMax", "ReduceMin", "Hardmax"])
 def test_onnx_extremum_ops_propagate_nan(op):
     from polytc import onnx as ponnx

@@ -471,7 +471,7 @@ def test_channel_lanes_apply_the_epilogue_as_they_store():
     assert "lanes f" in ck.stages["tiling"] and "fold" in ck.stages["fold"]
     stores = [ln for ln in ck.code.splitlines() if "pt_t[" in ln and "+ pt_l]" in ln]
     assert any(ln.lstrip().startswith("O[") for ln in stores)
-    assert "pt_s[" not in ck.code
+    assert "pt_s[" not in ck.code and '__asm__("")' in ck.code  # (not vectorised by gcc)
 
 
 @pytest.mark.parametrize("deep", [True, False])

@@ -13,7 +13,7 @@ import islpy as isl
 
 from ..lang import program as P
 from .cexpr import extremum_update, isl_expr, literal, statement_code, target_code
-from .microkernel import Row, micro_kernel
+from .microkernel import Row, each_lane, micro_kernel
 from .microkernel import const_bounds as _const_bounds
 from .pack import PackPrinter
 
@@ -220,7 +220,7 @@ class Promotion:
         end = lo + (hi - lo + 1) // width * width  # the blocks end here
         body, combine = self._lane_sums(part, width, red, st, acc)
         block = c.For(f"long {it}_o = {lo}L", f"{it}_o < {end}L", f"{it}_o += {width}L",
-                      c.Block(self.em.simd_loop(_each_lane(width), c.Block([
+                      c.Block(self.em.simd_loop(each_lane(width), c.Block([
                           c.Statement(f"long {it} = {it}_o + pt_l"),
                           c.Statement(re.sub(rf"\b{acc}\b", f"{part}[pt_l]", code))]))))
         rest = [c.For(f"long {it} = {end}L", f"{it} <= {hi}L", f"{it} += 1",
@@ -264,8 +264,8 @@ class Promotion:
         ident = literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)
         head = [c.Statement(f"{st.rhs.dtype.c_name} {part}[{width}] "
                             "__attribute__((aligned(64)))")] + \
-            self.em.simd_loop(_each_lane(width), c.Statement(f"{part}[pt_l] = {ident}"))
-        return head, [c.Pragma(red), c.For(*_each_lane(width),
+            self.em.simd_loop(each_lane(width), c.Statement(f"{part}[pt_l] = {ident}"))
+        return head, [c.Pragma(red), c.For(*each_lane(width),
                                            c.Statement(f"{acc} {st.op}= {part}[pt_l]"))]
 
     def _simd_reduction(self, items):
@@ -292,11 +292,6 @@ def _children(node) -> list:
         return [node]
     lst = node.block_get_children()
     return [lst.get_at(i) for i in range(lst.n_ast_node())]
-
-
-def _each_lane(width: int) -> tuple:
-    """The header of a loop over ``pt_l`` in ``0:width``."""
-    return ("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1")
 
 
 def _trips(loops) -> int:
