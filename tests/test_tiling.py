@@ -622,13 +622,14 @@ def test_row_tiles_divide_the_rows():
 
 def test_strided_sizes():
     """7 rows of a 512-channel result on 2 cores: 7 rows x 2 vectors (no padded row,
-    equal j tiles of 256 for the cores); 14 rows: 7 x 2 as well; 28: 4 x 4 vectors."""
+    equal j tiles of 256 for the cores); 14 rows: 7 x 2 as well; 28: 7 x 2 too, not
+    4 x 4 vectors (each weight vector would serve only 4 FMAs)."""
     from polytc.tiling.sizes import Sizes, _strided_sizes
 
     default = Sizes((96, 512, 96), (6, 64))
     assert _strided_sizes(default, 7, 512, 512, 16, 2) == Sizes((7, 256, 128), (7, 32))
     assert _strided_sizes(default, 14, 256, 256, 16, 2) == Sizes((14, 128, 128), (7, 32))
-    assert _strided_sizes(default, 28, 128, 96, 16, 2) == Sizes((28, 64, 96), (4, 64))
+    assert _strided_sizes(default, 28, 128, 96, 16, 2) == Sizes((28, 64, 96), (7, 32))
     assert _strided_sizes(default, 28, 128, 97, 16, 2).cache[2] == 97  # Tk divides K
     # 13 rows (SqueezeNet's last convolutions): one row tile of 13 x 1 vector, not a
     # partial row tile (7 x 3) nor a latency-bound 1 x 3

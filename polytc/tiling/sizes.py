@@ -132,14 +132,17 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
         # a full j tile per core (isl isolates a partial last tile in a loop of its own:
         # the parallel loop runs over the full ones), no partial row tile (it leaves the
         # micro-kernel: 7 x 48 over 13 rows ran 4x slower than 1 x 48), half the budget
-        # of accumulators, tiles of equal sizes, then the least padded work, then the
-        # most accumulators (7 x 2 vectors for 7 rows and 512 channels on 2 cores)
+        # of accumulators, tiles of equal sizes, then the least padded work, then rows
+        # enough that each vector of the operand's panel, which streams from L2, serves
+        # 7 FMAs (ResNet-18's 3x3/2 convolution of 64 -> 128 channels onto 28 x 28: 4 x 4
+        # vectors 0.33 -> 7 x 2 0.25 ms), then the most accumulators (7 x 2 vectors
+        # for 7 rows and 512 channels on 2 cores)
         for tj in sorted({_round_up(share, nr), nr}, reverse=True):
             for mr in range(rows(nvec), 0, -1):
                 work = -(-ext_i // mr) * mr * -(-ext_j // tj) * tj
                 key = (ext_j // tj < cores, ext_i % mr != 0,
                        mr * nvec < min(budget // 2, most_acc), ext_j % tj != 0, work,
-                       -mr * nvec)
+                       -min(mr, 7), -mr * nvec)
                 if best is None or key < best[0]:
                     best = (key, mr, nr, tj)
     _, mr, nr, tj = best

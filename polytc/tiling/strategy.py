@@ -278,13 +278,13 @@ class Tiler:
         narrow = self.extent(sst, j_var)
         depth = math.prod(self.extent(sst, vars_[m]) for m in red)
         window = any(_windowed(r) for r in reads)
-        # a convolution over more than two vectors whose rows end in a partial one
-        # (56 wide), with a deep reduction: the lanes over the channels too (below),
-        # where the row's partial vector cost its 8 rows a broadcast per half-vector FMA
-        # (ResNet-18's 64-channel 3x3 convolutions on 56 x 56: 0.60 -> 0.52 ms); over
-        # 55 x 55 with 144 reduction points (SqueezeNet), and 28 or 27 wide, the
-        # unit-stride tiles stayed faster
-        tail = window and narrow % lanes and narrow > 2 * lanes and depth >= 32 * lanes
+        # a convolution over more than a vector whose rows end in a partial one (56 or
+        # 28 wide), with a deep reduction: the lanes over the channels too (below),
+        # where the row's partial vector cost its 8 rows a broadcast per partial-vector
+        # FMA (ResNet-18's 64-channel 3x3 convolutions on 56 x 56: 0.60 -> 0.52 ms, its
+        # 128-channel ones on 28 x 28, as 7 x 2 vectors, 0.515 -> 0.465 ms); over 55 x 55
+        # with 144 reduction points (SqueezeNet) the unit-stride tiles stayed faster
+        tail = window and narrow % lanes and narrow > lanes and depth >= 32 * lanes
         # likewise a strided window (a convolution of stride 2) with a deep reduction,
         # whose image would be packed again for every row of output channels (ResNet-18's
         # 64 -> 128 3x3/2 on 28 x 28: 0.40-0.45 -> 0.35 ms, timed in the native run;
