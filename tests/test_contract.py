@@ -106,6 +106,23 @@ def test_temporary_shared_across_iterations_stays():
     assert "float *restrict T" in ck.code
 
 
+# max pooling 3x3/2 of a padded plane: the padded temporary contracted per plane
+POOL = """
+def pool(float(C,H,W) X) -> (Y) {
+    P(c, h, w) = h >= 1 && w >= 1 ? X(c, h - 1, w - 1) : -1.0 / 0.0 where h in 0:H+1, w in 0:W+1
+    Y(c, h, w) max=! P(c, h * 2 + kh, w * 2 + kw) where h in 0:H/2, w in 0:W/2, kh in 0:3, kw in 0:3
+}"""
+
+
+@pytest.mark.parametrize("w,row", [(40, 48), (14, 15), (63, 64)])
+def test_rows_of_a_buffer_start_on_cache_lines(w, row):
+    """A contracted buffer's rows of two cache lines or more are padded to whole lines
+    (41 -> 48 floats); shorter rows and whole lines are left alone."""
+    ck = run(POOL, [(3, w, w)])
+    assert contracted(ck)["P"]["buffer"] == f"1x{w + 1}x{w + 1}"
+    assert f"pt_l_P_s[{(w + 1) * row}]" in ck.code
+
+
 def test_contract_pass_can_be_switched_off():
     ck = run(SOFTMAX, [(37, 53)], polytc.Options(parallel_min_points=1, disable=("contract",)))
     assert not contracted(ck) and "pt_l_" not in ck.code

@@ -10,10 +10,11 @@ import islpy as isl
 
 
 class Local:
-    def __init__(self, decision, ctype: str, ctx, isl_expr):
+    def __init__(self, decision, ctype: str, itemsize: int, ctx, isl_expr):
         f = decision.facts
         self.tensor, self.loop, self.extents = decision.subject, f["loop"], f["_extents"]
         self.name, self.ctype = f"pt_l_{self.tensor}", ctype
+        self.extents = _padded(self.extents, itemsize)
         #: statement -> per dimension, the box's first index as C over x0, x1, ...
         self.offsets = {s: [_c_of(isl.PwAff.read_from_str(ctx, o), isl_expr) for o in offs]
                         for s, offs in f["_offsets"]}
@@ -42,9 +43,25 @@ class Local:
 
 def locals_of(decisions, scop, isl_expr) -> dict:
     """Tensor -> ``Local`` for the ``contract`` decisions."""
-    types = {t.name: t.dtype.c_name for t in scop.program.temporaries}
-    return {d.subject: Local(d, types[d.subject], scop.ctx, isl_expr)
+    types = {t.name: t.dtype for t in scop.program.temporaries}
+    return {d.subject: Local(d, types[d.subject].c_name, types[d.subject].np_dtype.itemsize,
+                             scop.ctx, isl_expr)
             for d in decisions if d.kind == "contract"}
+
+
+def _padded(extents: tuple, itemsize: int, line: int = 64) -> tuple:
+    """The box's extents with its rows (the last extent over 1, unless it is the only
+    one) padded to whole cache lines when they span two or more: every row then starts
+    on a line, and the vector loops over them do not split loads across lines (ResNet-18's
+    max pooling reads its padded 113-wide planes with stride 2: 83 -> 56 us with rows
+    of 128)."""
+    dims = [k for k, e in enumerate(extents) if e > 1]
+    if len(dims) < 2:
+        return extents
+    k, per = dims[-1], line // itemsize
+    if extents[k] < 2 * per or extents[k] % per == 0:
+        return extents
+    return extents[:k] + (-(-extents[k] // per) * per,) + extents[k + 1:]
 
 
 def _c_of(pa, isl_expr) -> str:
