@@ -465,13 +465,52 @@ def test_channel_lanes_apply_the_epilogue_as_they_store():
     each lane's value goes through the epilogue as it is stored, with the result's
     stride, on the last reduction tile, instead of a pass that reads it back; the
     tile goes through one buffer (``pt_t``) in one loop over its lanes for all its
-    rows (``microkernel.strided_tile``), not a loop per accumulator vector."""
+    rows (``microkernel.strided_tile``), not a loop per accumulator vector.  Where a
+    vector holds the tile's rows (7, to a power of 2: 8), the tile is transposed in
+    registers first, and each lane's rows, adjacent in the result, are stored by one
+    loop that gcc vectorises."""
+    from polytc.machine import host
+
     ck = check(CONV_RELU, [(2, 8, 9, 9), (40, 8, 3, 3), (40,)],
                polytc.Options(parallel_min_points=1))
     assert "lanes f" in ck.stages["tiling"] and "fold" in ck.stages["fold"]
-    stores = [ln for ln in ck.code.splitlines() if "pt_t[" in ln and "+ pt_l]" in ln]
-    assert any(ln.lstrip().startswith("O[") for ln in stores)
     assert "pt_s[" not in ck.code and '__asm__("")' in ck.code  # (not vectorised by gcc)
+    lines = ck.code.splitlines()
+    if host().lanes(4) < 8:  # no transposition: an element per row and lane
+        stores = [ln for ln in lines if "pt_t[" in ln and "+ pt_l]" in ln]
+        assert any(ln.lstrip().startswith("O[") for ln in stores)
+        return
+    assert "__builtin_shufflevector" in ck.code
+    assert any(ln.lstrip().startswith("O[") and "pt_t[pt_l * 8L + pt_r]" in ln for ln in lines)
+    assert sum("for (long pt_r = 0; pt_r < 7L; pt_r += 1)" in ln for ln in lines) == 2
+
+
+@pytest.mark.parametrize("lanes,span,rows", [(16, 8, 8), (16, 8, 5), (8, 8, 7), (16, 16, 13),
+                                             (4, 4, 3), (16, 1, 1)])
+def test_tile_transposed_in_registers(lanes, span, rows):
+    """``microkernel.transposed``: the shuffles, replayed on the elements' labels, put
+    element (row t, lane l of vector v) at ``pt_t[(v * lanes + l) * span + t]``."""
+    import re
+    from collections import namedtuple
+
+    from polytc.codegen_c.microkernel import transposed
+
+    R = namedtuple("R", "row")
+    value = {t: (lambda v, t=t: f"A{t}_{v}") for t in range(rows)}
+    env = {f"A{t}_{v}": [(t, v * lanes + k) for k in range(lanes)]
+           for t in range(rows) for v in range(2)}
+    env["((V){})"] = [None] * lanes
+    buf = {}
+    for st in map(str, transposed("V", lanes, span, 2, [R(t) for t in range(rows)], value)):
+        m = re.fullmatch(r"V (\w+) = __builtin_shufflevector\((.+?), (.+?), ([\d, ]+)\);", st)
+        if m:
+            both = env[m.group(2)] + env[m.group(3)]
+            env[m.group(1)] = [both[int(i)] for i in m.group(4).split(",")]
+            continue
+        m = re.fullmatch(r"\*\(V \*\)&pt_t\[(\d+)L\] = (\w+);", st)
+        assert m, st
+        buf.update((int(m.group(1)) + i, lab) for i, lab in enumerate(env[m.group(2)]))
+    assert all(buf[ch * span + t] == (t, ch) for ch in range(2 * lanes) for t in range(rows))
 
 
 @pytest.mark.parametrize("deep", [True, False])
