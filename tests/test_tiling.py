@@ -626,21 +626,24 @@ def test_partial_cache_tiles_isolate_their_full_register_tiles():
 def test_strided_convolution_packs_its_input():
     """No read is unit-stride along the image columns (stride 2): the input is packed
     (rows chosen so that it can be: the output channels), through a batch of one."""
-    ck = check(CONV_S2, [(1, 3, 41, 41), (24, 3, 7, 7)], polytc.Options())
+    ck = check(CONV_S2, [(1, 3, 41, 41), (24, 3, 3, 3)], polytc.Options())
     assert "pack S0; tensor I" in ck.stages["tiling"]
     assert "pt_a0_0" in ck.code  # the vector micro-kernel
 
 
-@pytest.mark.parametrize("deep", [True, False])
-def test_deep_strided_convolution_runs_lanes_over_channels(deep):
-    """A stride-2 convolution with a deep reduction (at least 32 vectors' worth): the
+@pytest.mark.parametrize("c,k,hw,deep", [("many", 3, 57, True), (3, 3, 57, False),
+                                         (3, 7, 141, True)])
+def test_deep_strided_convolution_runs_lanes_over_channels(c, k, hw, deep):
+    """A stride-2 convolution with a deep reduction (at least 8 vectors' worth): the
     lanes run over the output channels, the weights packed once, instead of packing the
-    image again for every row of channels; a shallow one (a 3-channel stem) packs."""
+    image again for every row of channels or of pixels, even where the channels are
+    fewer than a row's pixels (a 3-channel 7x7 stem: 147 points, 64 channels, 68 wide);
+    a shallow one (3x3 of 3 channels) packs the image."""
     from polytc.machine import host
 
     lanes = host().lanes(4)
-    c = -(-32 * lanes // 9) if deep else 3
-    ck = check(CONV_S2, [(1, c, 57, 57), (4 * lanes, c, 3, 3)], polytc.Options())
+    c = -(-32 * lanes // 9) if c == "many" else c
+    ck = check(CONV_S2, [(1, c, hw, hw), (4 * lanes, c, k, k)], polytc.Options())
     tiling = ck.stages["tiling"]
     assert ("lanes f" in tiling) == deep
     assert ("tensor Wt" if deep else "tensor I") in tiling

@@ -285,11 +285,15 @@ class Tiler:
         # 128-channel ones on 28 x 28, as 7 x 2 vectors, 0.515 -> 0.465 ms); over 55 x 55
         # with 144 reduction points (SqueezeNet) the unit-stride tiles stayed faster
         tail = window and narrow % lanes and narrow > lanes and depth >= 32 * lanes
-        # likewise a strided window (a convolution of stride 2) with a deep reduction,
-        # whose image would be packed again for every row of output channels (ResNet-18's
-        # 64 -> 128 3x3/2 on 28 x 28: 0.40-0.45 -> 0.35 ms, timed in the native run;
-        # the 3-channel 7x7/2 stem, 147 points, stays faster packed)
-        if narrow < lanes or tail or (gathered and window and depth >= 32 * lanes):
+        # likewise a strided window (a convolution of stride 2) with a reduction of 8
+        # vectors' worth, whose image would be packed again for every row of output
+        # channels, with the result's stride (ResNet-18's 64 -> 128 3x3/2 on 28 x 28:
+        # 0.40-0.45 -> 0.35 ms, timed in the native run), or for every image row (its
+        # 3-channel 7x7/2 stem, 147 points: 0.68 -> 0.56 ms once the tiles were stored
+        # transposed, at batch 64 41 -> 35 ms); the pixels are then broadcast from the
+        # image as it is, and the channels may be fewer than the pixels of a row
+        strided_window = window and not any(unit_stride(r, sst.vars[j_var]) for r in reads)
+        if narrow < lanes or tail or (strided_window and depth >= 8 * lanes):
             # the result's unit-stride index is narrower than a vector (the 7 or 14 wide
             # images of ResNet's later convolutions): the lanes run over the
             # widest other index of the result along which an operand can be packed
@@ -303,12 +307,13 @@ class Tiler:
             # 0.47 ms, once partial tiles ran in micro-kernels)
             wide = sorted((m for m in par if m != j and sst.vars[vars_[m]] in
                            sst.stmt.indices and self.extent(sst, vars_[m]) >= 2 * lanes
-                           and self.extent(sst, vars_[m]) > narrow),
+                           and (strided_window or self.extent(sst, vars_[m]) > narrow)),
                           key=lambda m: -self.extent(sst, vars_[m]))
             for m in wide:
                 r = row(m)
                 alt, alt_batch = packed_operand(m, r, values=True)
-                if alt is not None:
+                if alt is not None and (self.extent(sst, vars_[m]) > narrow or
+                                        not _windowed(alt)):  # (the weights, not the image)
                     j, i, operand, batch, strided = m, r, alt, alt_batch, True
                     break
         jname = sst.vars[vars_[j]]
