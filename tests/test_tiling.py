@@ -631,6 +631,22 @@ def test_strided_convolution_packs_its_input():
     assert "pt_a0_0" in ck.code  # the vector micro-kernel
 
 
+def test_full_panels_of_a_copy_are_isolated():
+    """The copy's full panels get a lane loop of constant bounds of their own (which gcc
+    vectorises), the partial last panel (20 columns: 4 lanes past a panel of 16, or 4
+    past 2 of 8) one after it, not a loop to a ``PT_MIN`` bound for all of them."""
+    from polytc.machine import host
+
+    lanes = host().lanes(4)
+    ck = check(CONV_S2, [(1, 3, 41, 41), (24, 3, 3, 3)], polytc.Options())
+    lines = ck.code.splitlines()
+    copies = [head.strip() for n, ln in enumerate(lines) if ln.lstrip().startswith("pt_pack0[")
+              for head in lines[n - 2:n] if "for (" in head]  # the lane loops
+    assert f"for (long c10 = 0L; c10 <= {lanes - 1}L; c10 += 1L)" in copies
+    assert any(f"<= {20 % lanes - 1}L;" in ln for ln in copies) and \
+        not any("PT_MIN" in ln for ln in copies)
+
+
 @pytest.mark.parametrize("c,k,hw,deep", [("many", 3, 57, True), (3, 3, 57, False),
                                          (3, 7, 141, True)])
 def test_deep_strided_convolution_runs_lanes_over_channels(c, k, hw, deep):

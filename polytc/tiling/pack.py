@@ -193,6 +193,8 @@ def pack(node, sst, read, members, cache, jpos, nr, count, outer=None, constant=
     sched = isl.UnionMap.read_from_str(ctx, f"{{ {name}[{tup}] -> [{', '.join(band)}] }}")
     graft = isl.ScheduleNode.from_extension(ext).child(0)
     graft = graft.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(sched))
+    if band[-1] == "l":
+        graft = _isolate_full_panels(graft, ext, depth, len(ks), nr)
     node = node.graft_before(graft.root())
     facts = {"tensor": read.tensor, "buffer": f"pt_{name}", "panel": (kt, nr),
              "panels": tj // nr, "copy": "contiguous" if contig_j or not inner else
@@ -200,3 +202,26 @@ def pack(node, sst, read, members, cache, jpos, nr, count, outer=None, constant=
              "_red": tuple(red), "_tj": tj,
              "_nr": nr, "_pos": tuple(sorted(pos.items()))}
     return node, Decision("pack", [sst.name], facts)
+
+
+def _isolate_full_panels(band, ext, depth: int, nks: int, nr: int):
+    """The copy's band with its full panels (all ``nr`` lanes) isolated, so that the AST
+    generator gives them a lane loop of constant bounds, which gcc vectorises (a partial
+    last panel made every panel's lane loop run to a ``PT_MIN`` bound, element by
+    element: SqueezeNet's 3x3/2 stem 0.160 -> 0.128 ms).  ``ext``: the extension ``[t...] -> packN[t..., p, k..., l]`` (``t``: the
+    prefix of ``depth`` loops); the band schedules ``[p, k..., l]``."""
+    dt = isl.dim_type
+    points = isl.Set.from_union_set(ext.range()).reset_tuple_id()
+    n = depth + 1 + nks  # t..., p, k...: a panel's row; then its lane l
+    lanes_of = isl.Map.from_range(points).move_dims(dt.in_, 0, dt.out, 0, n)
+    rows = lanes_of.domain()
+    box = isl.Set.universe(lanes_of.range().get_space()) \
+        .lower_bound_val(dt.set, 0, 0).upper_bound_val(dt.set, 0, nr - 1)
+    missing = isl.Map.from_domain_and_range(rows, box).subtract(lanes_of)
+    full = rows.subtract(missing.domain())
+    if full.is_empty() or full.is_equal(rows):
+        return band  # no full panel, or no partial one: one loop is what is wanted
+    full = full.add_dims(dt.set, 1)  # any lane of a full panel's row
+    opt = isl.Map.from_range(full).move_dims(dt.in_, 0, dt.out, 0, depth).wrap()
+    return band.band_set_ast_build_options(
+        isl.UnionSet.from_set(opt.set_tuple_name("isolate")))
