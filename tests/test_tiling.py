@@ -513,16 +513,20 @@ def test_tile_transposed_in_registers(lanes, span, rows):
     assert all(buf[ch * span + t] == (t, ch) for ch in range(2 * lanes) for t in range(rows))
 
 
-@pytest.mark.parametrize("deep", [True, False])
-def test_deep_convolution_ending_in_a_partial_vector_runs_lanes_over_channels(deep):
-    """Over two vectors wide with a partial last one (56 columns) and a deep reduction
+@pytest.mark.parametrize("vectors,depth,deep", [(2.5, 32, True), (2.5, 1, False),
+                                                 (3.5, 9, True), (1.5, 9, False)])
+def test_deep_convolution_ending_in_a_partial_vector_runs_lanes_over_channels(
+        vectors, depth, deep):
+    """Over a vector wide with a partial last one (56 columns) and a deep reduction
     (576 points): the lanes run over the output channels (the row's partial vector
-    would cost a broadcast per half-vector FMA); a shallow one keeps unit stride."""
+    would cost a broadcast per half-vector FMA); a shallow one keeps unit stride.  Over
+    more than two vectors (55 columns), 8 vectors' worth of reduction is deep enough
+    (144 points); up to two (27 columns) it is not."""
     from polytc.machine import host
 
     lanes = host().lanes(4)
-    w = 2 * lanes + lanes // 2
-    c = -(-32 * lanes // 9) if deep else 4
+    w = int(vectors * lanes) - (vectors == 3.5)
+    c = -(-depth * lanes // 9)
     ck = check(CONV_B, [(1, c, w + 2, w + 2), (4 * lanes, c, 3, 3), (4 * lanes,)],
                polytc.Options())
     assert ("lanes f" in ck.stages["tiling"]) == deep
@@ -566,8 +570,8 @@ def test_batched_convolution_keeps_its_partial_vector_in_the_micro_kernel(hw):
     row, is not packed (packed panels are whole vectors, and the row's rest left the
     micro-kernel), as through a batch of one."""
     rng = np.random.default_rng(hw)
-    image = rng.standard_normal((4, 16, hw, hw)).astype(np.float32)
-    weights = rng.standard_normal((64, 16, 3, 3)).astype(np.float32)
+    image = rng.standard_normal((4, 3, hw, hw)).astype(np.float32)
+    weights = rng.standard_normal((64, 3, 3, 3)).astype(np.float32)
     k = polytc.tc(CONV)
     windows = np.lib.stride_tricks.sliding_window_view(image, (3, 3), axis=(2, 3))
     want = np.einsum("nchwij,fcij->nfhw", windows, weights, optimize=True)
