@@ -208,8 +208,9 @@ def _isolate_full_panels(band, ext, depth: int, nks: int, nr: int):
     """The copy's band with its full panels (all ``nr`` lanes) isolated, so that the AST
     generator gives them a lane loop of constant bounds, which gcc vectorises (a partial
     last panel made every panel's lane loop run to a ``PT_MIN`` bound, element by
-    element: SqueezeNet's 3x3/2 stem 0.160 -> 0.128 ms).  ``ext``: the extension ``[t...] -> packN[t..., p, k..., l]`` (``t``: the
-    prefix of ``depth`` loops); the band schedules ``[p, k..., l]``."""
+    element: SqueezeNet's 3x3/2 stem 0.160 -> 0.128 ms).  ``ext``: the extension
+    ``[t...] -> packN[t..., p, k..., l]`` (``t``: the prefix of ``depth`` loops); the band
+    schedules ``[p, k..., l]``."""
     dt = isl.dim_type
     points = isl.Set.from_union_set(ext.range()).reset_tuple_id()
     n = depth + 1 + nks  # t..., p, k...: a panel's row; then its lane l
