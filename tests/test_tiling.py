@@ -240,6 +240,26 @@ def test_contraction_operand_packed(src, shapes, env, tensor, copy, options):
     assert "pt_a0_0 +=" in ck.code  # the explicit-vector micro-kernel
 
 
+@pytest.mark.parametrize("src,shapes", [
+    (MATMUL_NT, [(70, 96), (128, 96)]),
+    (QKT, [(2, 21, 64), (2, 128, 64)]),
+    (SYRK, [(64, 80)]),
+])
+def test_transposing_copy_in_transposed_blocks(src, shapes):
+    """A transposing copy's whole blocks (a panel's lanes by a cache line along the
+    reduction) are loaded as vectors along it, transposed in registers and stored along
+    the lanes (``codegen_c/tcopy.py``); results match the reference interpreter.  (A
+    reduction that ends in a partial block, or a partial panel, bounds every block's
+    loops by ``PT_MIN``: the copy stays element by element, as with K = 33 above.)"""
+    from polytc.machine import host
+
+    ck = check(src, shapes, polytc.Options())
+    lanes = host().lanes(4)
+    assert ("pt_lb += " in ck.code) == (lanes >= 4 and 16 % lanes == 0)
+    if "pt_lb += " in ck.code:
+        assert f"pt_lb += {lanes}L" in ck.code and "__builtin_shufflevector" in ck.code
+
+
 def test_one_read_of_a_tensor_read_twice_is_packed_once_before_the_call():
     k = polytc.tc(SYRK, options=polytc.Options(constants=("A",)))
     A = np.random.default_rng(3).standard_normal((70, 45)).astype(np.float32)

@@ -23,6 +23,7 @@ from .aligned import by_alignment
 from .locals import locals_of
 from .vmath import vector_math
 from .pack import PackPrinter, packs_of
+from .tcopy import transposed_copy
 from .cexpr import (PRELUDE, ExprPrinter, div_helpers, isl_expr, literal,
                     statement_code)
 from .promote import Promotion
@@ -108,6 +109,9 @@ class CEmitter:
             return out
         if t == T.for_:
             it, header = self.for_header(n)
+            copy = None if pragma and it == pragma[1] else transposed_copy(self, n)
+            if copy is not None:  # a transposing copy's lane loop, in blocks
+                return copy
             outlined = bool(pragma) and it == pragma[1] and pragma[0].startswith("omp parallel")
             simd = bool(pragma) and it == pragma[1] and pragma[0] == "omp simd"
             self.iters.append(it)

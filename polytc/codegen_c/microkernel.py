@@ -457,15 +457,18 @@ def _row_loop(rows: list):
     return rows[0]._replace(one=one, at=at, row="pt_r")
 
 
-def transposed(vtype: str, lanes: int, span: int, nvec: int, rows: list, value) -> list:
+def transposed(vtype: str, lanes: int, span: int, nvec: int, rows: list, value,
+               store=None) -> list:
     """Statements storing the accumulators ``value[row](v)`` of ``rows`` (``span`` of
     them, a power of 2 at most ``lanes``; absent rows are zeros) transposed into
     ``pt_t``: element (row ``t``, lane ``l`` of vector ``v``) at ``pt_t[(v * lanes + l) *
-    span + t]``.  ``log2(span)`` rounds of two-vector shuffles: after round ``s`` the
+    span + t]`` (``store(offset, vector)``: the statement storing a vector there
+    instead).  ``log2(span)`` rounds of two-vector shuffles: after round ``s`` the
     vector of row group ``g`` and lane chunk ``h`` holds rows ``g 2^s + t`` of lanes ``h
     lanes / 2^s + k`` at ``k 2^s + t`` (8 rows of 16 lanes: 24 shuffles, where there
     were 128 scalar stores)."""
     present = {r.row for r in rows}
+    store = store or (lambda at, vec: c.Statement(f"*({vtype} *)&pt_t[{at}L] = {vec}"))
     out = []
     for v in range(nvec):
         vecs = {(t, 0): value[t](v) if t in present else f"(({vtype}){{}})"
@@ -487,8 +490,8 @@ def transposed(vtype: str, lanes: int, span: int, nvec: int, rows: list, value) 
                                            f"{first}, {second}, {', '.join(map(str, idx))})"))
                     nxt[(g // 2, 2 * h + x)] = name
             vecs, size = nxt, size * 2
-        out += [c.Statement(f"*({vtype} *)&pt_t[{(v * lanes + h * (lanes // span)) * span}L]"
-                            f" = {vecs[(0, h)]}") for h in range(span)]
+        out += [store((v * lanes + h * (lanes // span)) * span, vecs[(0, h)])
+                for h in range(span)]
     return out
 
 

@@ -43,6 +43,8 @@ class Packed:
         self.size = f.get("_size", 0)
         #: prepacked into another one's buffer, laid out alike (``packs_of``)
         self.alias = False
+        #: copied along the operand's unit-stride reduction index (``codegen_c/tcopy.py``)
+        self.transposing = f.get("copy") == "transposing"
 
     @property
     def function(self) -> str:
