@@ -159,9 +159,24 @@ def test_tile_height_balances_cores(m):
         full, rest = divmod(m, t)
         return -(-full // 2) * t + rest
 
+    if ti == m and m % mr:  # one tile of rows: the cores share the j tiles instead
+        assert m <= 64 and busiest(sizes.cache[1]) * 2 / m < 1.06
+        return
     assert ti % mr == 0
     options = [mr * k for k in range(1, 17)]
     assert busiest(ti) <= m / 2 * 1.06 or busiest(ti) == min(busiest(t) for t in options)
+
+
+def test_rows_that_do_not_balance_leave_the_cores_the_columns():
+    """32 rows (a pointwise convolution's output channels) in register tiles of 6 split
+    12 + 12 + 8 among 2 cores: one tile of rows, and the 729 columns (pixels) in 12
+    tiles of 64 shared by the cores; 64 rows split evenly stay as they are."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(32, 729, 256, 4, two).cache[:2] == (32, 64)
+    assert choose_sizes(96, 729, 256, 4, two).cache[:2] == (48, 256)
 
 
 def test_misaligned_inputs_reuse_aligned_copies():
