@@ -549,14 +549,14 @@ def test_tile_transposed_in_registers(lanes, span, rows):
 
 
 @pytest.mark.parametrize("vectors,depth,deep", [(2.5, 32, True), (2.5, 1, False),
-                                                 (3.5, 9, True), (1.5, 9, False)])
+                                                 (3.5, 9, True), (1.5, 9, True),
+                                                 (1.5, 1, False)])
 def test_deep_convolution_ending_in_a_partial_vector_runs_lanes_over_channels(
         vectors, depth, deep):
     """Over a vector wide with a partial last one (56 columns) and a deep reduction
     (576 points): the lanes run over the output channels (the row's partial vector
-    would cost a broadcast per half-vector FMA); a shallow one keeps unit stride.  Over
-    more than two vectors (55 columns), 8 vectors' worth of reduction is deep enough
-    (144 points); up to two (27 columns) it is not."""
+    would cost a broadcast per half-vector FMA); a shallow one keeps unit stride.  8
+    vectors' worth of reduction (144 points) is deep enough, over 55 columns or 27."""
     from polytc.machine import host
 
     lanes = host().lanes(4)
@@ -731,7 +731,7 @@ def test_strided_sizes():
     # 13 rows (SqueezeNet's last convolutions): one row tile of 13 x 1 vector, not a
     # partial row tile (7 x 3) nor a latency-bound 1 x 3
     assert _strided_sizes(default, 13, 1000, 512, 16, 2).register == (13, 16)
-    assert _strided_sizes(default, 27, 64, 512, 16, 2).register == (9, 16)
+    assert _strided_sizes(default, 27, 64, 512, 16, 2).register == (9, 32)  # 9 x 2 vectors
     # with L2's size: a matrix product's reduction tile as deep as a quarter of L2
     # holds the panel (the accumulators are stored with the result's stride after each)
     l2 = 2 << 20

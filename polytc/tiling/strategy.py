@@ -282,13 +282,11 @@ class Tiler:
         # 28 wide), with a deep reduction: the lanes over the channels too (below),
         # where the row's partial vector cost its 8 rows a broadcast per partial-vector
         # FMA (ResNet-18's 64-channel 3x3 convolutions on 56 x 56: 0.60 -> 0.52 ms, its
-        # 128-channel ones on 28 x 28, as 7 x 2 vectors, 0.515 -> 0.465 ms); over more
-        # than two vectors a reduction of 8 vectors' worth is enough (SqueezeNet's 16 ->
-        # 64 channels on 55 x 55, 144 points: 0.138 -> 0.124 ms, once the tiles were
-        # stored transposed), up to two it takes 32 (its 32 -> 128 on 27 x 27, 288
-        # points, were 0.127 -> 0.148 ms)
-        tail = window and narrow % lanes and narrow > lanes and \
-            depth >= (8 if narrow > 2 * lanes else 32) * lanes
+        # 128-channel ones on 28 x 28, as 7 x 2 vectors, 0.515 -> 0.465 ms); a reduction
+        # of 8 vectors' worth is enough once the tiles were stored transposed
+        # (SqueezeNet's 16 -> 64 channels on 55 x 55, 144 points: 0.138 -> 0.124 ms; its
+        # 32 -> 128 on 27 x 27, 288 points, 0.130 -> 0.113 ms as 9 x 2 vectors)
+        tail = window and narrow % lanes and narrow > lanes and depth >= 8 * lanes
         # likewise a strided window (a convolution of stride 2) with a reduction of 8
         # vectors' worth, whose image would be packed again for every row of output
         # channels, with the result's stride (ResNet-18's 64 -> 128 3x3/2 on 28 x 28:
