@@ -26,7 +26,8 @@ from .microkernel import const_bounds, transposed, vector_type
 def transposed_copy(em, n) -> list | None:
     """The code of the copy's lane loop ``n`` (its body the block's loop over ``k``, its
     body the copy statement) as transposed blocks, or None where the pattern or the
-    vectors are not there (then the loops are generated as they are)."""
+    vectors are not there (then the loops are generated as they are); blocks of 4 to 16
+    lanes (wider ones, of bytes, would take 6 rounds of shuffles)."""
     T = isl.ast_node_type
     kloop = n.for_get_body()
     if not em.vectorize or kloop.get_type() != T.for_ or \
@@ -39,7 +40,7 @@ def transposed_copy(em, n) -> list | None:
     itemsize = p.read.dtype.np_dtype.itemsize
     lanes, line = host().lanes(itemsize), max(1, 64 // itemsize)
     lo, hi = const_bounds(n)
-    if lanes < 4 or lo != 0 or (hi + 1) % lanes or line % lanes or \
+    if not 4 <= lanes <= 16 or lo != 0 or (hi + 1) % lanes or line % lanes or \
             not any(unit_stride(p.read, p.sst.vars[v]) for v, _t in p.red):
         return None
     lit, kit = em.for_header(n)[0], em.for_header(kloop)[0]
