@@ -177,6 +177,9 @@ def test_rows_that_do_not_balance_leave_the_cores_the_columns():
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     assert choose_sizes(32, 729, 256, 4, two).cache[:2] == (32, 64)
     assert choose_sizes(96, 729, 256, 4, two).cache[:2] == (48, 256)
+    # too few rows to share (16): the j tiles of the size that balances them best too
+    # (48 of 64 columns, not 12 of 256)
+    assert choose_sizes(16, 3025, 128, 4, two).cache[:2] == (16, 64)
 
 
 def test_misaligned_inputs_reuse_aligned_copies():
@@ -526,17 +529,15 @@ def test_tile_transposed_in_registers(lanes, span, rows):
     """``microkernel.transposed``: the shuffles, replayed on the elements' labels, put
     element (row t, lane l of vector v) at ``pt_t[(v * lanes + l) * span + t]``."""
     import re
-    from collections import namedtuple
 
     from polytc.codegen_c.microkernel import transposed
 
-    R = namedtuple("R", "row")
     value = {t: (lambda v, t=t: f"A{t}_{v}") for t in range(rows)}
     env = {f"A{t}_{v}": [(t, v * lanes + k) for k in range(lanes)]
            for t in range(rows) for v in range(2)}
     env["((V){})"] = [None] * lanes
     buf = {}
-    for st in map(str, transposed("V", lanes, span, 2, [R(t) for t in range(rows)], value)):
+    for st in map(str, transposed("V", lanes, span, 2, value)):
         m = re.fullmatch(r"V (\w+) = __builtin_shufflevector\((.+?), (.+?), ([\d, ]+)\);", st)
         if m:
             both = env[m.group(2)] + env[m.group(3)]
@@ -732,6 +733,9 @@ def test_strided_sizes():
     # partial row tile (7 x 3) nor a latency-bound 1 x 3
     assert _strided_sizes(default, 13, 1000, 512, 16, 2).register == (13, 16)
     assert _strided_sizes(default, 27, 64, 512, 16, 2).register == (9, 32)  # 9 x 2 vectors
+    # more than 8 rows of two vectors only where no count from 5 to 8 divides the rows
+    # (55 = 5 x 11: not 11 x 2 vectors, 14% slower at batch 64)
+    assert _strided_sizes(default, 55, 64, 144, 16, 2).register != (11, 32)
     # with L2's size: a matrix product's reduction tile as deep as a quarter of L2
     # holds the panel (the accumulators are stored with the result's stride after each)
     l2 = 2 << 20

@@ -391,7 +391,7 @@ def strided_tile(em, rows: list, ctype: str, vtype: str, lanes: int, nvec: int):
         # the buffer (``pt_t[lane * span + row]``), so that gcc stores the rows of a lane
         # (adjacent in the result) as one vector, not an element each
         out = [c.Statement(f"{ctype} pt_t[{span * width}] __attribute__((aligned(64)))")]
-        out += transposed(vtype, lanes, span, nvec, rows, scaled)
+        out += transposed(vtype, lanes, span, nvec, scaled)
 
         def at(r, v=None):  # noqa: F811 (the transposed buffer from here on)
             return f"pt_t[pt_l * {span}L + {r.row}]"
@@ -457,21 +457,20 @@ def _row_loop(rows: list):
     return rows[0]._replace(one=one, at=at, row="pt_r")
 
 
-def transposed(vtype: str, lanes: int, span: int, nvec: int, rows: list, value,
+def transposed(vtype: str, lanes: int, span: int, nvec: int, value: dict,
                store=None) -> list:
-    """Statements storing the accumulators ``value[row](v)`` of ``rows`` (``span`` of
-    them, a power of 2 at most ``lanes``; absent rows are zeros) transposed into
+    """Statements storing the accumulators ``value[row](v)`` of ``span`` rows (a power
+    of 2 at most ``lanes``; rows not in ``value`` are zeros) transposed into
     ``pt_t``: element (row ``t``, lane ``l`` of vector ``v``) at ``pt_t[(v * lanes + l) *
     span + t]`` (``store(offset, vector)``: the statement storing a vector there
     instead).  ``log2(span)`` rounds of two-vector shuffles: after round ``s`` the
     vector of row group ``g`` and lane chunk ``h`` holds rows ``g 2^s + t`` of lanes ``h
     lanes / 2^s + k`` at ``k 2^s + t`` (8 rows of 16 lanes: 24 shuffles, where there
     were 128 scalar stores)."""
-    present = {r.row for r in rows}
     store = store or (lambda at, vec: c.Statement(f"*({vtype} *)&pt_t[{at}L] = {vec}"))
     out = []
     for v in range(nvec):
-        vecs = {(t, 0): value[t](v) if t in present else f"(({vtype}){{}})"
+        vecs = {(t, 0): value[t](v) if t in value else f"(({vtype}){{}})"
                 for t in range(span)}
         size = 1
         while size < span:

@@ -70,10 +70,7 @@ def transposed_copy(em, n) -> list | None:
         dst = copy("pt_lb", f"({k0} + {at // lanes}L)")[0]
         return c.Statement(f"*({utype} *)&{dst} = {vector}")
 
-    class Row:
-        def __init__(self, row):
-            self.row = row
-    body = rows + transposed(vtype, lanes, lanes, 1, [Row(t) for t in range(lanes)],
+    body = rows + transposed(vtype, lanes, lanes, 1,
                              {t: (lambda v, t=t: f"pt_c{t}") for t in range(lanes)}, store)
     inner = c.For("long pt_kc = 0", f"pt_kc < {line}L", f"pt_kc += {lanes}L", c.Block(body))
     return [c.For("long pt_lb = 0", f"pt_lb < {hi + 1}L", f"pt_lb += {lanes}L",

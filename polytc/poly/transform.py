@@ -41,8 +41,7 @@ def isolate_full_tiles(tile_node, sizes):
     names = [f"o{i}" for i in range(len(sizes))]
     cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, sizes))
     box = isl.Set.read_from_str(ctx, "{ [" + ", ".join(names) + "] : " + cons + " }")
-    missing = isl.Map.from_domain_and_range(tiles, box).subtract(pairs)
-    full = tiles.subtract(missing.domain())
+    full = whole(pairs, box)
     # isl replaces an isolated set by its simple hull: full tiles found as a union
     # (those of a full cache tile and those of the partial one) would become their
     # hull, partial tiles included, and the partial cache tile's register tiles would
@@ -52,6 +51,14 @@ def isolate_full_tiles(tile_node, sizes):
         full = hull
     opts = isl.UnionSet.from_set(full.set_tuple_name("isolate"))
     return tile_node.band_set_ast_build_options(opts)
+
+
+def whole(pairs, box):
+    """The points of ``pairs``' domain whose image holds all of ``box`` (full tiles:
+    every point of the box is an instance)."""
+    dom = pairs.domain()
+    missing = isl.Map.from_domain_and_range(dom, box).subtract(pairs)
+    return dom.subtract(missing.domain())
 
 
 def permute(node, order):

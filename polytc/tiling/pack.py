@@ -33,6 +33,7 @@ from __future__ import annotations
 import islpy as isl
 
 from ..lang import program as P
+from ..poly.transform import whole
 from .decisions import Decision
 
 
@@ -218,8 +219,7 @@ def _isolate_full_panels(band, ext, depth: int, nks: int, nr: int):
     rows = lanes_of.domain()
     box = isl.Set.universe(lanes_of.range().get_space()) \
         .lower_bound_val(dt.set, 0, 0).upper_bound_val(dt.set, 0, nr - 1)
-    missing = isl.Map.from_domain_and_range(rows, box).subtract(lanes_of)
-    full = rows.subtract(missing.domain())
+    full = whole(lanes_of, box)
     if full.is_empty() or full.is_equal(rows):
         return band  # no full panel, or no partial one: one loop is what is wanted
     full = full.add_dims(dt.set, 1)  # any lane of a full panel's row
