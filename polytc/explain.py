@@ -28,6 +28,7 @@ from .compiler.passes import statement_points
 from .diagnostics import ScheduleError
 from .poly import handsched as H
 from .poly import legality as L
+from .poly.privatize import shared_matrix
 from .poly.recipe import member_exprs, _expr_text, _sorted, _stmt_text
 from .poly.schedule import has_contraction, strided_reduction
 from .machine import host
@@ -151,7 +152,11 @@ class _Explainer:
         if f != "auto":
             return f"isl's scheduler with fusion='{f}' (your option)"
         strided = strided_reduction(self.scop)
-        if has_contraction(self.scop):
+        if self.b.fusion == "shared":
+            why = (f"one pass over '{shared_matrix(self.scop)}' for all its statements: "
+                   "each row is read from memory once, by the statements that reduce "
+                   "along it and those that reduce down the columns")
+        elif has_contraction(self.scop):
             why = ("'preserve', as the program has a contraction (fusing around it would "
                    "prevent tiling it)")
         elif strided is not None:
@@ -294,7 +299,14 @@ class _Explainer:
                 what = f"The loop over {loop} ({', '.join(names)})"
                 found = L.carried(node, m, self.scop, self.deps)
                 mark = marks.get(m)
-                if found:
+                if found and mark == "parallel":  # only a reduction, into private copies
+                    names = sorted({d.tensor for d in found})
+                    self.say("parallel", f"{what} runs in parallel (omp parallel for) with "
+                             f"a private copy of {', '.join(names)} per thread, added up "
+                             f"at its end: it carries only the "
+                             f"{found[0].describe(self.scop)}.",
+                             str(L.carried_relation(node, m, self.deps)))
+                elif found:
                     self.say("parallel", f"{what} is sequential: it carries the "
                              f"{found[0].describe(self.scop)}.",
                              str(L.carried_relation(node, m, self.deps)))

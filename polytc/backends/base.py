@@ -42,6 +42,9 @@ class Backend:
     #: whether its code generator folds inits and epilogues into register tiles
     #: (``tiling/fold.py``)
     folding = False
+    #: whether a parallel loop may keep a private copy of a reduction's result per
+    #: thread, combined at its end (``poly/privatize.py``: OpenMP array reductions)
+    private_reductions = False
 
     def __repr__(self):
         return f"<polytc backend {self.name}>"

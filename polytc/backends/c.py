@@ -23,6 +23,7 @@ class C(Backend):
     prepacking = True
     contracting = True
     folding = True
+    private_reductions = True
     compiler = "gcc"
 
     def cache_facts(self) -> dict:

@@ -93,7 +93,7 @@ class Promotion:
 
     def tile(self, loops, items):
         """The promoted code of the rows ``items`` under the reduction ``loops``."""
-        vector = micro_kernel(self.em, loops, items)
+        vector = micro_kernel(self.em, loops, items) or self._rows_sum(loops, items)
         if vector is not None or any(r.guard for r in items):
             return vector
         iters = [self.em.for_header(lp)[0] for lp in loops]
@@ -145,7 +145,7 @@ class Promotion:
                     epi.append(c.Statement(f"{target} = {acc}"))
                     continue
                 code = statement_code(sst, printer, acc).rstrip(";")
-                split = self._split_sum(loops, red, st, acc, code) or \
+                split = self._split_sum(loops, st, [(red, acc, code)]) or \
                     self._lane_sum(loops, red, st, acc, code)
                 if split is not None:
                     return [c.Block(decls + split + [c.Statement(f"{target} = {acc}")] +
@@ -203,34 +203,75 @@ class Promotion:
         return [{it: f"{v}L" for it, v in zip(iters, values)}
                 for values in itertools.product(*(range(lo, hi + 1) for lo, hi in bounds))]
 
-    def _split_sum(self, loops, red, st, acc: str, code: str):
-        """A ``+``/``*`` reduction over one loop of at least two blocks of ``4 x lanes``
-        iterations, with an accumulator per lane of four vectors (``pt_part``): one
+    def _split_sum(self, loops, st, sums: list):
+        """``+``/``*`` reductions over one loop of at least two blocks of ``width``
+        iterations, each (``sums``: ``(pragma, accumulator, code)``, one per row of a
+        register tile) with an accumulator per lane of ``width`` (``pt_part``): one
         vector accumulator makes every step wait for the previous one (4 cycles of
-        latency per vector), four keep the adder busy (a 1024-long sum: 2x).  The
+        latency per vector), four keep the adder busy (a 1024-long sum: 2x); rows side
+        by side (two vectors each) share the loads of their other operand.  The
         statements, or None where that does not apply."""
-        if red is None or len(loops) != 1 or st.op not in ("+", "*"):
+        if any(red is None for red, _acc, _code in sums) or len(loops) != 1 or \
+                st.op not in ("+", "*"):
             return None
         lo, hi = _const_bounds(loops[0])
-        width = 4 * self.em.lanes(st.rhs.dtype.np_dtype.itemsize)
+        vectors = 4 if len(sums) == 1 else max(1, 8 // len(sums))  # 4 or 8 chains
+        width = vectors * self.em.lanes(st.rhs.dtype.np_dtype.itemsize)
         if lo is None or hi - lo + 1 < 2 * width:
             return None
         it = self.em.for_header(loops[0])[0]
-        part = f"pt_part_{acc}"
         end = lo + (hi - lo + 1) // width * width  # the blocks end here
-        body, combine = self._lane_sums(part, width, red, st, acc)
+        heads, combines, steps = [], [], []
+        for red, acc, code in sums:
+            part = f"pt_part_{acc}"
+            head, combine = self._lane_sums(part, width, red, st, acc)
+            heads += head
+            combines += combine
+            steps.append(c.Statement(re.sub(rf"\b{acc}\b", f"{part}[pt_l]", code)))
         block = c.For(f"long {it}_o = {lo}L", f"{it}_o < {end}L", f"{it}_o += {width}L",
                       c.Block(self.em.simd_loop(each_lane(width), c.Block([
-                          c.Statement(f"long {it} = {it}_o + pt_l"),
-                          c.Statement(re.sub(rf"\b{acc}\b", f"{part}[pt_l]", code))]))))
+                          c.Statement(f"long {it} = {it}_o + pt_l")] + steps))))
         rest = [c.For(f"long {it} = {end}L", f"{it} <= {hi}L", f"{it} += 1",
-                      c.Block([c.Statement(code)]))] if end <= hi else []
-        if self.em.shared_sum(end - lo, code):  # each thread sums its share of the
-            # blocks in its own lanes, then the threads combine their sums
+                      c.Block([c.Statement(code) for _red, _acc, code in sums]))] \
+            if end <= hi else []
+        red, acc, code = sums[0]
+        if len(sums) == 1 and self.em.shared_sum(end - lo, code):  # each thread sums
+            # its share of the blocks in its own lanes, then the threads combine them
             team = f"omp parallel reduction({st.op}:{acc}){self.em.team_clause()}"
-            return [c.Pragma(team), c.Block(body + [c.Pragma("omp for schedule(static)"),
-                                                    block] + combine)] + rest
-        return body + [block] + rest + combine
+            return [c.Pragma(team), c.Block(heads + [c.Pragma("omp for schedule(static)"),
+                                                     block] + combines)] + rest
+        return heads + [block] + rest + combines
+
+    def _rows_sum(self, loops, items):
+        """The rows of a register tile that each reduce into one element along the
+        same loop (a matrix's rows in one pass: ``poly/privatize.py``), side by side
+        in ``_split_sum``; None where that does not apply."""
+        if len(items) < 2 or any(r.inner is not None or r.guard for r in items) or \
+                not self.em.omp_reductions:
+            return None
+        iters = [self.em.for_header(lp)[0] for lp in loops]
+        decls, sums, stores, st = [], [], [], None
+        for u, (_inner, user, at, _) in enumerate(items):
+            sst, printer = self.em.instance(user, at)
+            if st is not None and sst.stmt is not st:
+                return None
+            st = sst.stmt
+            if sst.kind != "body" or st.op not in ("+", "*") or \
+                    sst.name in self.em.folds or \
+                    any(r.tensor == st.tensor for r in P.reads(st.rhs)):
+                return None
+            target = target_code(sst, printer)
+            if _uses(target, iters):
+                return None
+            if printer.varying:
+                printer.varying = tuple(iters)
+            acc = f"pt_acc{u}"
+            decls.append(c.Statement(f"{st.rhs.dtype.c_name} {acc} = {target}"))
+            code = statement_code(sst, printer, acc).rstrip(";")
+            sums.append((self.em.reduction_pragma(st.op, acc), acc, code))
+            stores.append(c.Statement(f"{target} = {acc}"))
+        split = self._split_sum(loops, st, sums)
+        return None if split is None else [c.Block(decls + split + stores)]
 
     def _lane_sum(self, loops, red, st, acc: str, code: str):
         """A ``+``/``*`` reduction over a nest of constant loops whose innermost one is
@@ -261,10 +302,14 @@ class Promotion:
         """``(head, combine)`` of a reduction into ``acc`` kept in ``width`` partial
         sums ``part``: their declaration and start at the identity, and the reduction
         of them into ``acc`` (``_split_sum``, ``_lane_sum``)."""
-        ident = literal(P.identity(st.op, st.rhs.dtype), st.rhs.dtype)
-        head = [c.Statement(f"{st.rhs.dtype.c_name} {part}[{width}] "
-                            "__attribute__((aligned(64)))")] + \
-            self.em.simd_loop(each_lane(width), c.Statement(f"{part}[pt_l] = {ident}"))
+        zero = P.identity(st.op, st.rhs.dtype)
+        decl = f"{st.rhs.dtype.c_name} {part}[{width}] __attribute__((aligned(64)))"
+        if zero == 0:  # an initializer: gcc keeps the sums in registers (filled by a
+            # loop, a dot product's four vectors went through the stack at every step)
+            head = [c.Statement(decl + " = {0}")]
+        else:
+            head = [c.Statement(decl)] + self.em.simd_loop(
+                each_lane(width), c.Statement(f"{part}[pt_l] = {literal(zero, st.rhs.dtype)}"))
         return head, [c.Pragma(red), c.For(*each_lane(width),
                                            c.Statement(f"{acc} {st.op}= {part}[pt_l]"))]
 

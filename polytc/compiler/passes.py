@@ -11,6 +11,7 @@ from ..lang.ranges import Interval
 from ..poly import fusion as F
 from ..poly import schedule as sched
 from ..poly.handsched import replay
+from ..poly.privatize import shared_pass
 from ..poly.scop import Scop
 from ..tiling.contract import contract
 from ..tiling.contract import text as contract_text
@@ -51,14 +52,20 @@ def p_initial_values(b: Build) -> Build:
 
 
 def p_schedule(b: Build) -> Build:
-    """isl's schedule for the fusion strategy of the options (``auto`` resolved), or a
-    hand schedule (``polytc.Schedule``), replayed and checked."""
+    """isl's schedule for the fusion strategy of the options (``auto`` resolved; on a
+    target with private reductions, one pass over a matrix first: strategy ``shared``,
+    ``poly/privatize.py``), or a hand schedule (``polytc.Schedule``), replayed and
+    checked."""
     if b.options.schedule:
         if b.backend.grid:
             raise UnsupportedError(f"hand schedules compile for the C target, not "
                                    f"'{b.target}'", hint="use kernel.to('c')")
         s = replay(b.scop, b.deps, b.options.schedule)
         return b.but(schedule=s, isl_schedule=s, fusion="hand")
+    if b.options.fusion == "auto" and b.backend.private_reductions:
+        one = shared_pass(b.scop, b.deps)  # one pass over a matrix, before isl's
+        if one is not None:  # strategies
+            return b.but(schedule=one, isl_schedule=one, fusion="shared")
     s, fusion = F.isl_schedule(b.scop, b.deps, b.options.fusion)
     return b.but(schedule=s, isl_schedule=s, fusion=fusion)
 

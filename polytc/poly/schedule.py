@@ -353,8 +353,17 @@ def _chunked(node, threads: int):
 
 
 def _mark(node, inside, threads):
-    """Mark the subtree at ``node``; returns the node at the same position."""
+    """Mark the subtree at ``node``; returns the node at the same position.  The band
+    under a ``private:`` mark (``privatize.py``) runs in parallel on its first member,
+    which carries only reductions into the tensors the mark names."""
     depth = 0
+    if node.get_type() == isl.schedule_node_type.mark and not inside and \
+            node.mark_get_id().get_name().startswith("private:"):
+        band = node.child(0)
+        if band.band_n_member() > 1:
+            band = band.band_split(1)
+        node = insert_mark(band, "parallel").parent().parent()
+        inside = True
     if node.get_type() == isl.schedule_node_type.band and not inside:
         m = _first_coincident(node)
         if m is not None:

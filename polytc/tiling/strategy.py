@@ -87,6 +87,8 @@ class Tiler:
 
     def find_split(self, node):
         """Split the first band (top-down) that needs it; the new tree's root, or None."""
+        if _shared_pass(node):
+            return None
         if node.get_type() == isl.schedule_node_type.band:
             groups = self.split_groups(node)
             if groups:
@@ -131,6 +133,8 @@ class Tiler:
     def visit(self, node):
         if node.get_type() == isl.schedule_node_type.band:
             return self.band(node)
+        if _shared_pass(node):
+            return node
         for i in range(node.n_children()):
             node = self.visit(node.child(i)).parent()
         return node
@@ -562,6 +566,13 @@ class Tiler:
                 self.report.append(Decision("promote", [s.name]))
                 return T.mark(node, "promote")
         return node
+
+
+def _shared_pass(node) -> bool:
+    """Whether ``node`` is a ``private:`` mark: one pass over a matrix for several
+    statements, its loops and marks set by ``poly/privatize.py``."""
+    return node.get_type() == isl.schedule_node_type.mark and \
+        node.mark_get_id().get_name().startswith("private:")
 
 
 def _windowed(read) -> bool:

@@ -1,0 +1,91 @@
+"""One pass over a matrix read along its rows and down its columns, the column
+reductions' results in private copies per thread (``poly/privatize.py``): results equal
+the oracle at odd sizes and with one or two threads, and the pass applies only where it
+is legal."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polytc
+from polytc.poly import privatize
+from tests.kernels_small import check
+
+ATAX = """def atax(float(M,N) A, float(N) x) -> (y) {
+    tmp(i) +=! A(i, j) * x(j)
+    y(j) +=! A(i, j) * tmp(i)
+}"""
+BICG = """def bicg(float(N,M) A, float(N) r, float(M) p) -> (s, q) {
+    s(j) +=! r(i) * A(i, j)
+    q(i) +=! A(i, j) * p(j)
+}"""
+ANY = polytc.Options(parallel_min_points=1)
+TWO = polytc.Options(parallel_min_points=1, num_threads=2)
+SCALAR = polytc.Options(parallel_min_points=1, vectorize=False)
+
+
+def shared(ck) -> bool:
+    return "private:" in ck.stages["schedule"]
+
+
+@pytest.mark.parametrize("m,n", [(64, 96), (37, 53), (8, 8), (5, 100), (4, 3), (1, 40),
+                                 (130, 1)])
+@pytest.mark.parametrize("options", [ANY, TWO, SCALAR], ids=["default", "two", "scalar"])
+def test_atax_one_pass(m, n, options):
+    ck = check(ATAX, [(m, n), (n,)], options, rtol=1e-4, atol=1e-3)
+    assert shared(ck)
+    assert (f"reduction(+:y[:{n}])" in ck.stages["c"]) == (m > 1)  # one row: no loop
+    if m % privatize.ROWS == 0 and m >= 2 * privatize.ROWS:
+        assert f"rows:2:{privatize.ROWS}" in ck.stages["schedule"]
+
+
+@pytest.mark.parametrize("n,m", [(64, 96), (33, 70), (3, 2)])
+@pytest.mark.parametrize("options", [ANY, TWO], ids=["default", "two"])
+def test_bicg_one_pass(n, m, options):
+    ck = check(BICG, [(n, m), (n,), (m,)], options, rtol=1e-4, atol=1e-3)
+    assert shared(ck) and f"reduction(+:s[:{m}])" in ck.stages["c"]
+
+
+def test_unaligned_and_strided_inputs():
+    k = polytc.tc(ATAX, options=TWO)
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((80, 130)).astype(np.float32)
+    A = big[1:65, 1:129:2]  # not contiguous, not aligned
+    x = rng.standard_normal(64).astype(np.float32)
+    np.testing.assert_allclose(k(A, x), (A @ x) @ A, rtol=1e-4, atol=1e-3)
+
+
+def test_result_read_by_another_statement_is_not_privatised():
+    src = """def f(float(M,N) A, float(N) x) -> (z) {
+        tmp(i) +=! A(i, j) * x(j)
+        y(j) +=! A(i, j) * tmp(i)
+        z(j) = y(j) * tmp(0)
+    }"""
+    ck = check(src, [(16, 24), (24,)], ANY, atol=1e-3)
+    assert not shared(ck)
+
+
+def test_column_reduction_alone_keeps_isl_schedule():
+    src = """def gevm(float(K,N) A, float(K) x) -> (y) {
+        y(n) +=! x(k) * A(k, n)
+    }"""
+    assert not shared(check(src, [(32, 48), (32,)], ANY))
+
+
+def test_too_large_a_private_copy_is_not_made(monkeypatch):
+    monkeypatch.setattr(privatize, "MAX_PRIVATE", 16)
+    ck = check(ATAX, [(24, 40), (40,)], ANY, atol=1e-3)
+    assert not shared(ck)
+
+
+def test_explicit_fusion_option_is_kept():
+    options = polytc.Options(parallel_min_points=1, fusion="preserve")
+    assert not shared(check(ATAX, [(24, 40), (40,)], options, atol=1e-3))
+
+
+def test_explain_says_one_pass():
+    k = polytc.tc(ATAX, options=ANY)
+    A = np.ones((16, 24), np.float32)
+    text = str(k.explain(A, np.ones(24, np.float32)))
+    assert "one pass over 'A'" in text
+    assert "private copy of y" in text
