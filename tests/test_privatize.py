@@ -89,3 +89,39 @@ def test_explain_says_one_pass():
     text = str(k.explain(A, np.ones(24, np.float32)))
     assert "one pass over 'A'" in text
     assert "private copy of y" in text
+
+
+@pytest.mark.parametrize("src", [
+    """def prod(float(M,N) A, float(N) x) -> (t, y) {
+        t(i) +=! A(i, j) * x(j)
+        y(j) *=! 1.0 + 0.01 * A(i, j) * t(i)
+    }""",
+    """def f64(double(M,N) A, double(N) x) -> (y) {
+        t(i) +=! A(i, j) * x(j)
+        y(j) +=! A(i, j) * t(i)
+    }""",
+])
+def test_product_and_double_reductions(src):
+    dtype = np.float64 if "double" in src else np.float32
+    ck = check(src, [(24, 36), (36,)], TWO, dtype=dtype, rtol=1e-3, atol=1e-3)
+    assert shared(ck)
+
+
+def test_random_sizes_against_numpy():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    k = polytc.tc(BICG, options=TWO)
+
+    @settings(max_examples=12, deadline=None)
+    @given(st.integers(1, 70), st.integers(1, 70), st.integers(0, 2**32 - 1))
+    def run(n, m, seed):
+        rng = np.random.default_rng(seed)
+        A = rng.standard_normal((n, m)).astype(np.float32)
+        r = rng.standard_normal(n).astype(np.float32)
+        p = rng.standard_normal(m).astype(np.float32)
+        s, q = k(A, r, p)
+        np.testing.assert_allclose(s, r @ A, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(q, A @ p, rtol=1e-4, atol=1e-4)
+
+    run()
