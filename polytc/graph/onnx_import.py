@@ -53,8 +53,10 @@ def opset_of(model: onnx.ModelProto) -> int:
     return 1
 
 
-def prepare(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
-    """Check, convert an old opset up to ``MIN_OPSET``, inline functions, infer shapes."""
+def prepare(model: onnx.ModelProto, where: str, own: bool = False) -> onnx.ModelProto:
+    """Check, convert an old opset up to ``MIN_OPSET``, inline functions, infer shapes.
+    ``own``: ``model`` is polytc's (loaded from a path or bytes), so the inferred types
+    go into it rather than into a copy (ResNet-18's 45 MB: 17 ms)."""
     newest = onnx.defs.onnx_opset_version()
     opset = opset_of(model)
     if opset > newest:
@@ -64,7 +66,7 @@ def prepare(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{where}: the model has an empty graph")
     if opset >= MIN_OPSET and not model.functions:
-        return _checked_and_inferred(model, where)
+        return _checked_and_inferred(model, where, own)
     _check(model, where)
     if opset < MIN_OPSET:
         try:
@@ -83,7 +85,8 @@ def prepare(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
 SKELETON_MIN = 1024
 
 
-def _checked_and_inferred(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+def _checked_and_inferred(model: onnx.ModelProto, where: str,
+                          own: bool = False) -> onnx.ModelProto:
     """``model`` checked and its shapes inferred, as ``prepare`` does, on a skeleton whose
     large float initialisers (weights: no shape depends on their values) are typed graph
     inputs instead: the checker and shape inference each serialise the model they get,
@@ -108,8 +111,10 @@ def _checked_and_inferred(model: onnx.ModelProto, where: str) -> onnx.ModelProto
     sg.initializer.extend(t for t in g.initializer if t.name not in names)
     sg.sparse_initializer.extend(g.sparse_initializer)
     inferred = _infer(_check(skeleton, where), where)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out = model
+    if not own:  # the caller's model stays as it was
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     del out.graph.value_info[:]
     out.graph.value_info.extend(inferred.graph.value_info)
     del out.graph.output[:]
@@ -205,4 +210,5 @@ def to_graph(model: onnx.ModelProto, where: str = "<model>") -> Graph:
 def import_model(model, where: str | None = None) -> Graph:
     """Load, check and convert a model: the whole importer."""
     where = where or (os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<model>")
-    return to_graph(prepare(load(model, where), where), where)
+    own = not isinstance(model, onnx.ModelProto)
+    return to_graph(prepare(load(model, where), where, own), where)

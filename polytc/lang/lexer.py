@@ -34,9 +34,11 @@ MULTI_CHAR_OPS = frozenset({
 SINGLE_CHAR_OPS = frozenset("+-*/()[]?:,={}><!%;")
 #: every fixed token text, matched longest first
 FIXED_TOKENS = KEYWORDS | MULTI_CHAR_OPS | SINGLE_CHAR_OPS
-_MAX_FIXED = max(len(t) for t in FIXED_TOKENS)
 
-_WHITESPACE = " \t\n\v\f\r"
+#: whitespace and comments
+_SKIP = re.compile(r"(?:[ \t\n\v\f\r]+|#[^\n]*)*")
+#: the longest fixed token at a position (alternatives tried longest first)
+_FIXED = re.compile("|".join(re.escape(t) for t in sorted(FIXED_TOKENS, key=lambda t: -len(t))))
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX = re.compile(r"0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?")
 _DEC = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -107,16 +109,9 @@ def tokenize(text: str, filename: str = "<tc>", source: Source | None = None) ->
         source = Source(text, filename)
     tokens: list = []
     pos, n = 0, len(text)
+    skip, ident, fixed = _SKIP.match, _IDENT.match, _FIXED.match
     while True:
-        while pos < n:  # skip whitespace and comments
-            ch = text[pos]
-            if ch in _WHITESPACE:
-                pos += 1
-            elif ch == "#":
-                end = text.find("\n", pos)
-                pos = n if end < 0 else end + 1
-            else:
-                break
+        pos = skip(text, pos).end()
         if pos >= n:
             break
         ch = text[pos]
@@ -126,13 +121,10 @@ def tokenize(text: str, filename: str = "<tc>", source: Source | None = None) ->
                 tokens.append(tok)
                 pos = tok.span.end
                 continue
-        m = _IDENT.match(text, pos)
+        m = ident(text, pos)
         ident_len = m.end() - pos if m else 0
-        fixed_len = 0
-        for k in range(min(_MAX_FIXED, n - pos), 0, -1):
-            if text[pos:pos + k] in FIXED_TOKENS:
-                fixed_len = k
-                break
+        m = fixed(text, pos)
+        fixed_len = m.end() - pos if m else 0
         if ident_len == 0 and fixed_len == 0:
             span = Span(source, pos, pos + 1)
             raise TCSyntaxError(f"invalid character {ch!r}", span,
