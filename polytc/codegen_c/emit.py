@@ -24,6 +24,7 @@ from .locals import locals_of
 from .vmath import vector_math
 from .pack import PackPrinter, packs_of
 from .tcopy import transposed_copy
+from .vloop import math_loop
 from .cexpr import (PRELUDE, ExprPrinter, div_helpers, isl_expr, literal,
                     statement_code)
 from .promote import Promotion
@@ -137,7 +138,12 @@ class CEmitter:
                     pragma[3].append(it)
                     inner = [self.outline(pragma[2] + inner, self.iters + [it])]
                     return [c.Pragma(pragma[0]), c.For(*header, c.Block(inner))]
-                return self.versioned([c.Pragma(pragma[0]), c.For(*header, c.Block(inner))])
+                plain = self.versioned([c.Pragma(pragma[0]), c.For(*header, c.Block(inner))])
+                vector = math_loop(self, n, it, header) if simd else None
+                if vector is None:
+                    return plain
+                return [c.Line("#ifdef PT_EXPV16")] + vector + [c.Line("#else")] + plain + \
+                    [c.Line("#endif")]
             return [c.For(*header, c.Block(inner))]
         if t == T.if_:
             cond = isl_expr(n.if_get_cond())

@@ -53,10 +53,14 @@ __attribute__((visibility("hidden"))) pt_ve8 _ZGVdN8v_expf(pt_ve8 x)
 __attribute__((visibility("hidden"), alias("_ZGVdN8v_expf"))) pt_ve8 _ZGVcN8v_expf(pt_ve8);
 __attribute__((visibility("hidden"))) pt_ve4 _ZGVbN4v_expf(pt_ve4 x)
 { PT_EXPF(pt_ve4, __builtin_ia32_maxps, __builtin_ia32_minps, PT_ROUND4, PT_SCALEF4) }
+/* the same, inlined into loops in explicit vectors (``vloop.py``) */
+#define PT_EXPV16 1
+static inline __attribute__((always_inline)) pt_ve16 pt_expv16(pt_ve16 x)
+{ PT_EXPF(pt_ve16, PT_MAX16, PT_MIN16, PT_ROUND16, PT_SCALEF16) }
 #endif
 """
 
 
 def vector_math(code: str) -> str:
     """The definitions of the vector ``expf`` variants when ``code`` calls ``expf``."""
-    return _EXPF if re.search(r"\bexpf\(", code) else ""
+    return _EXPF if re.search(r"\b(?:expf|pt_expv16)\(", code) else ""

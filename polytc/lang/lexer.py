@@ -111,7 +111,8 @@ def tokenize(text: str, filename: str = "<tc>", source: Source | None = None) ->
     pos, n = 0, len(text)
     skip, ident, fixed = _SKIP.match, _IDENT.match, _FIXED.match
     while True:
-        pos = skip(text, pos).end()
+        blank = skip(text, pos)  # always matches, maybe nothing
+        pos = blank.end() if blank else pos
         if pos >= n:
             break
         ch = text[pos]
