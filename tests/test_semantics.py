@@ -202,12 +202,14 @@ def test_nan_test_stays_off_the_accumulators_chain(stride):
                   f"    O(n, i, j) max=! A(n, i + a, {col} + b)"
                   f" where a in 0:3, b in 0:3, j in 0:(W - 3) / {stride} + 1\n}}")
     a = np.random.default_rng(1).standard_normal((4, 34, 35)).astype(F32)
-    a[1, 5, 7] = a[3, 33, 34] = np.nan
+    a[1, 5, 7] = a[3, 33, 34] = a[0, 10, 20] = a[0, 10, 21] = np.nan
     a[2, 0, :] = -np.inf
     code = k.specialize(a).code
     if stride == 1:
         assert "float _m = _v > " in code and "= _v != _v ? _v : _m;" in code
     else:
+        # window points in pairs, one NaN test for both; the ninth alone
+        assert "pt_nan0 |= __builtin_isunordered(_v, _w);" in code
         assert "pt_acc0 = _v > pt_acc0 ? _v : pt_acc0; pt_nan0 |= _v != _v;" in code
     win = np.lib.stride_tricks.sliding_window_view(a, (3, 3), axis=(1, 2))
     want = win[:, :, ::stride].max(axis=(3, 4))

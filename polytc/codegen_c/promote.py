@@ -12,7 +12,8 @@ import cgen as c
 import islpy as isl
 
 from ..lang import program as P
-from .cexpr import extremum_update, isl_expr, literal, statement_code, target_code
+from .cexpr import (extremum_pair, extremum_update, isl_expr, literal, statement_code,
+                    target_code)
 from .microkernel import Row, each_lane, micro_kernel
 from .microkernel import const_bounds as _const_bounds
 from .pack import PackPrinter
@@ -133,9 +134,13 @@ class Promotion:
                               for pt in unroll]
                 if flag and st.op in ("min", "max") and st.rhs.dtype.is_float:
                     decls.append(c.Statement(f"int {flag} = {target} != {target}"))
-                    body += [c.Statement(extremum_update(
-                        st.op, st.rhs.dtype, p.expr(st.rhs), acc, flag).rstrip(";"))
-                        for p in (points if unroll is not None else [printer])]
+                    values = [p.expr(st.rhs)
+                              for p in (points if unroll is not None else [printer])]
+                    body += [c.Statement(extremum_pair(st.op, st.rhs.dtype, a, b, acc, flag))
+                             for a, b in zip(values[::2], values[1::2])]
+                    if len(values) % 2:
+                        body.append(c.Statement(extremum_update(
+                            st.op, st.rhs.dtype, values[-1], acc, flag).rstrip(";")))
                     nan = literal(float("nan"), st.rhs.dtype)
                     epi.append(c.Statement(f"{target} = {flag} ? {nan} : {acc}"))
                     continue
