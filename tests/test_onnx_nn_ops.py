@@ -120,11 +120,31 @@ def test_einsum(eq, shapes):
     ((2, 3, 12), (5, 3, 3), {"pads": [2, 1], "dilations": [2]}),
     ((1, 2, 5, 6, 7), (3, 2, 3, 3, 3), {"pads": [1, 1, 1, 0, 1, 2], "strides": [1, 2, 2]}),
     ((1, 8, 7, 7), (8, 2, 1, 1), {"group": 4}),
+    # depthwise and strided: the window reads the input's phases (nn._split_read)
+    ((2, 6, 11, 13), (6, 1, 3, 3), {"group": 6, "strides": [2, 2]}),
+    ((1, 4, 16, 16), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [0, 0, 1, 1]}),
+    ((1, 3, 10), (3, 1, 5), {"group": 3, "strides": [3], "pads": [2, 2]}),
+    ((1, 4, 12, 12), (4, 1, 3, 3), {"group": 4, "strides": [1, 2], "pads": [1, 1, 1, 1]}),
 ])
 @pytest.mark.parametrize("bias", [False, True])
 def test_conv(xs, ws, attrs, bias):
     ins = [rnd(*xs), rnd(*ws)] + ([rnd(ws[0])] if bias else [])
     check("Conv", ins, consts={1: 1, 2: 1}, **attrs)
+
+
+def test_depthwise_strided_conv_reads_phases():
+    """A strided depthwise convolution of a small plane reads the padded input split
+    into its phases (unit-stride windows: the micro-kernel's explicit vectors), a large
+    plane reads it as it is."""
+    import polytc
+
+    def texts(size):
+        m, feeds = _model("Conv", [rnd(1, 4, size, size), rnd(4, 1, 3, 3)],
+                          {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}, {1: 1})
+        sess = polytc.onnx.compile(m.SerializeToString())
+        return "\n".join(sess.plan({"x0": (1, 4, size, size)}).texts.values())
+
+    assert "k1 % 2" in texts(16) and "k1 % 2" not in texts(120)
 
 
 def test_conv_non_constant_weights():

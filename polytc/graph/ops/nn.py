@@ -318,7 +318,7 @@ def _conv(ctx):
     ctx.result.kind = "contraction"
     if y.size == 0:
         return
-    src, offset = _padded(ctx, x, (kernel, strides, dil, begin, out), 0)
+    geo = (kernel, strides, dil, begin, out)
     # Y(n, m, o..) +=! P(n, channel, o * s + k * d ..) * W(m, c, k..)
     i = idx(y.rank)
     if group == 1:
@@ -327,11 +327,16 @@ def _conv(ctx):
         chan = i[1] if Mg == 1 else f"{i[1]} / {Mg}"
     else:
         chan = f"({i[1]} / {Mg}) * {Cg} + r0"
-    pos = _positions(strides, dil, offset, nd)
+    if Cg == 1 and Mg == 1 and strides[-1] > 1 and dil[-1] == 1 and out[-1] > 1 and \
+            _small_plane(x, geo):  # depthwise, strided: its window read unit-stride
+        read = _split_read(ctx, x, geo, 0)
+    else:
+        src, offset = _padded(ctx, x, geo, 0)
+        read = src(i[0], chan, *_positions(strides, dil, offset, nd))
     ranges = {"r0": (0, Cg)} if Cg != 1 else {}
     ranges.update({f"k{d}": (0, kernel[d]) for d in range(nd)})
     wread = w(i[1], "r0" if Cg != 1 else 0, *[f"k{d}" for d in range(nd)])
-    ctx.emit(y, i, f"{src(i[0], chan, *pos)} * {wread}", "+=!", ranges)
+    ctx.emit(y, i, f"{read} * {wread}", "+=!", ranges)
     if b is not None:
         ctx.emit(y, i, f"{y(*i)} + {b(i[1])}")
 
