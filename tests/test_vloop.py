@@ -8,14 +8,8 @@ import pytest
 
 import polytc
 from polytc.machine import host
-from tests.kernels_small import check
+from tests.kernels_small import SOFTMAX, check
 
-SOFTMAX = """def softmax(float(N,D) X) -> (Y) {
-    mx(n) max=! X(n, d)
-    ex(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! ex(n, d)
-    Y(n, d) = ex(n, d) / s(n)
-}"""
 SIGMOID = """def sig(float(N,D) X, float(D) b) -> (Y) {
     Y(n, d) = 1.0 / (1.0 + exp(-(X(n, d) + b(d))))
 }"""
