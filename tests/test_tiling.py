@@ -941,3 +941,19 @@ def test_panels_that_leave_l2_run_outside_the_image_rows():
         assert ("panels" in entry.facts) == (kept > 1 and panels > host().l2 // 2), \
             (ch, entry)
         assert ("panels" in entry.facts) == (ch == 512 and host().l2 < (8 << 20))
+
+
+@pytest.mark.parametrize("b,m,k,vectors,packed", [
+    (2, 16, 128, 64, False),  # few rows over long rows of pixels: read as they are
+    (2, 64, 16, 64, False),  # a shallow reduction likewise
+    (2, 64, 64, 64, True),  # enough reuse: packed
+    (2, 16, 128, 16, True),  # rows of 16 vectors: packed
+])
+def test_pointwise_batch_operand_streamed_or_packed(b, m, k, vectors, packed):
+    """A batch of pointwise convolutions' images (``tiling/pack.streamed``)."""
+    from polytc.machine import host
+
+    n = vectors * host().lanes(4)
+    src = "def pw(float(M,K) W, float(B,K,N) X) -> (O) { O(b, m, n) +=! W(m, k) * X(b, k, n) }"
+    ck = check(src, [(m, k), (b, k, n)], polytc.Options(), atol=1e-3)
+    assert ("pack S0" in ck.stages["tiling"]) == packed

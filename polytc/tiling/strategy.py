@@ -25,7 +25,7 @@ from ..lang import sizes as S
 from ..lang.ranges import Interval
 from ..poly import transform as T
 from .decisions import Decision
-from .pack import outer_indices, pack, unit_stride, vector_operand
+from .pack import outer_indices, pack, streamed, unit_stride, vector_operand
 from ..machine import Machine
 from .sizes import Sizes, _round_up, _strided_sizes, choose_sizes
 
@@ -254,6 +254,12 @@ class Tiler:
                 return None, None
             found = vector_operand(sst, sst.vars[vars_[j]],
                                    sst.vars[vars_[i]] if i is not None else None)
+            if found is not None and i is not None and found.tensor not in self.constants \
+                    and unit_stride(found, sst.vars[vars_[j]]) and streamed(
+                        self.extent(sst, vars_[j]), self.extent(sst, vars_[i]), math.prod(
+                            self.extent(sst, vars_[m]) for m in red),
+                        self.machine.lanes(sst.stmt.rhs.dtype.np_dtype.itemsize)):
+                return None, None
             if i is None and (found is None or found.tensor not in self.constants or
                               not unit_stride(found, sst.vars[vars_[j]])):
                 # no rows (a matrix-vector product): weights only, packed once (one
