@@ -147,6 +147,22 @@ def test_depthwise_strided_conv_reads_phases():
     assert "k1 % 2" in texts(16) and "k1 % 2" not in texts(120)
 
 
+def test_small_padded_planes_filled_then_copied():
+    """A max pool's padded copy of a plane in L1 is a fill, then the input copied into
+    its part (two statements, no select); a larger plane keeps the select."""
+    import polytc
+
+    def text(size):
+        m, feeds = _model("MaxPool", [rnd(1, 2, size, size)],
+                          {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+        sess = polytc.onnx.compile(m.SerializeToString())
+        return "\n".join(sess.plan({"x0": (1, 2, size, size)}).texts.values())
+
+    small, large = text(16), text(120)
+    assert "i2 in 1:17, i3 in 1:17" in small and "?" not in small
+    assert "?" in large
+
+
 def test_conv_non_constant_weights():
     check("Conv", [rnd(1, 3, 6, 6), rnd(2, 3, 3, 3), rnd(2)], pads=[1, 1, 1, 1])
 
@@ -191,7 +207,8 @@ def test_averagepool_divisor_is_a_formula_not_a_reduction():
 
 
 def test_strided_maxpool_reads_a_padded_copy_in_rows():
-    """A padded 3x3/2 MaxPool reads a copy padded with -inf (no guard per read), so
+    """A padded 3x3/2 MaxPool reads a copy padded with -inf (no guard per read: filled,
+    then the plane copied into its part), so
     the tiler runs the row of results as a vector loop around the spelt-out window (a
     ``window`` decision)."""
     from polytc import onnx as ponnx
@@ -201,7 +218,8 @@ def test_strided_maxpool_reads_a_padded_copy_in_rows():
                                        "pads": [1, 1, 1, 1]}, None, 1, OPSET)
     (plan,) = ponnx.compile(m)._plans.values()
     (text,) = plan.texts.values()
-    assert "?" in text.split("max=!")[0] and "?" not in text.split("max=!")[1]
+    copy, window = text.split("max=!")
+    assert "i2 in 1:36, i3 in 1:38" in copy and "?" not in window  # (filled, copied)
     (ck,) = plan.kernels.values()
     assert "window " in ck.stages["tiling"]
     compare(m, feeds, 1e-6, 1e-6, True)
