@@ -168,6 +168,18 @@ def test_tile_height_balances_cores(m):
     assert busiest(ti) <= m / 2 * 1.06 or busiest(ti) == min(busiest(t) for t in options)
 
 
+def test_a_short_row_tile_takes_register_rows_that_divide_it():
+    """16 packed rows (a recurrent layer's batch), 8 a core: register tiles of 4 rows,
+    not 6 and a partial 2."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    sizes = choose_sizes(16, 512, 256, 4, two, packed=True)
+    assert sizes.cache[0] == 8 and sizes.register == (4, 64)
+    assert choose_sizes(1024, 1024, 1024, 4, two, packed=True).register == (6, 64)
+
+
 def test_rows_that_do_not_balance_leave_the_cores_the_columns():
     """32 rows (a pointwise convolution's output channels) in register tiles of 6 split
     12 + 12 + 8 among 2 cores: one tile of rows, and the 729 columns (pixels) in 12
