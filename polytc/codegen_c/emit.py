@@ -139,7 +139,7 @@ class CEmitter:
                     inner = [self.outline(pragma[2] + inner, self.iters + [it])]
                     return [c.Pragma(pragma[0]), c.For(*header, c.Block(inner))]
                 plain = self.versioned([c.Pragma(pragma[0]), c.For(*header, c.Block(inner))])
-                vector = math_loop(self, n, it, header) if simd else None
+                vector = math_loop(self, n, it, header, inner) if simd else None
                 if vector is None:
                     return plain
                 return [c.Line("#ifdef PT_EXPV16")] + vector + [c.Line("#else")] + plain + \

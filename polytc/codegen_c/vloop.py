@@ -21,7 +21,7 @@ import islpy as isl
 
 from ..lang import program as P
 from ..lang.types import FLOAT32
-from .cexpr import statement_code, target_code
+from .cexpr import target_code
 from .microkernel import _lane_stride, const_bounds, vector_type
 from .pack import PackPrinter
 
@@ -29,11 +29,12 @@ from .pack import PackPrinter
 LANES = 16
 
 
-def math_loop(em, node, it: str, header) -> list | None:
-    """The loop ``node`` (iterator ``it``, C ``header``) as an explicit vector loop and
-    its scalar remainder, or None where that does not apply (see above)."""
-    body = node.for_get_body()
-    if body.get_type() != isl.ast_node_type.user or em.lanes(4) != LANES or \
+def math_loop(em, node, it: str, header, body: list) -> list | None:
+    """The loop ``node`` (iterator ``it``, C ``header``, its statements ``body`` as the
+    emitter made them) as an explicit vector loop and the plain loop over its last
+    partial vector, or None where that does not apply (see above)."""
+    user = node.for_get_body()
+    if user.get_type() != isl.ast_node_type.user or em.lanes(4) != LANES or \
             not em.vectorize or not em.omp_reductions:
         return None
     lo, hi = const_bounds(node)
@@ -41,9 +42,7 @@ def math_loop(em, node, it: str, header) -> list | None:
         return None
     em.iters.append(it)
     try:
-        sst, printer = em.instance(body)
-        vector = _vector_statement(em, sst, printer, it)
-        scalar = statement_code(*em.instance(body)) if vector is not None else None
+        vector = _vector_statement(em, *em.instance(user), it)
     finally:
         em.iters.pop()
     if vector is None:
@@ -53,8 +52,7 @@ def math_loop(em, node, it: str, header) -> list | None:
                  c.Block([c.Statement(vector)]))
     if end > hi:
         return [main]
-    rest = c.For(f"long {it} = {end}L", header[1], header[2],
-                 c.Block([c.Statement(scalar.rstrip(";"))]))
+    rest = c.For(f"long {it} = {end}L", header[1], header[2], c.Block(body))
     return [main, c.Pragma("omp simd"), rest]
 
 
