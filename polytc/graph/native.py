@@ -19,7 +19,6 @@ flags, same disk cache, keyed by its text).
 """
 from __future__ import annotations
 
-import functools
 import time
 
 import numpy as np
@@ -29,21 +28,12 @@ from ..codegen_c.compiler import build_shared_object
 from ..diagnostics import KernelRuntimeError
 from ..machine import threads
 from ..runtime.memory import aligned_copy, allocator, is_aligned
+from ..runtime.ffi import Library, ffi
 from ..runtime.native import set_threads
 from .governor import Governor
 from .group import Group, View
 
 _UINT = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
-
-
-@functools.lru_cache(maxsize=None)
-def _ffi():
-    import cffi
-
-    ffi = cffi.FFI()
-    ffi.cdef("int polytc_plan(void *const *fn, void *const *p, int *step);\n"
-             "int polytc_plan_timed(void *const *fn, void *const *p, int *step, double *t);")
-    return ffi
 
 
 #: the same steps, each one's seconds (its fills and its kernel) added to ``t[step]``
@@ -148,9 +138,8 @@ class Driver:
             else None
 
     def _load(self, fixed, n):
-        ffi = _ffi()
-        self._lib = ffi.dlopen(build_shared_object(self.code, {"name": "polytc_plan"}))
-        self._fn = self._lib.polytc_plan
+        self._lib = Library(build_shared_object(self.code, {"name": "polytc_plan"}))
+        self._fn = self._lib.function("polytc_plan", 3)
         self._fns = ffi.new("void *[]", [ffi.cast("void *", ffi.cast("uintptr_t", ck._fn))
                                          for ck in self.kernels] or 1)
         self._p = ffi.new("void *[]", max(n, 1))
@@ -190,8 +179,8 @@ class Driver:
         set_threads(self.full)
         for _ in range(repeat):
             keep, _store = self._bind(feeds)
-            t = _ffi().new("double[]", max(len(self.steps), 1))
-            rc = self._lib.polytc_plan_timed(self._fns, self._p, self._step, t)
+            t = ffi.new("double[]", max(len(self.steps), 1))
+            rc = self._lib.function("polytc_plan_timed", 4)(self._fns, self._p, self._step, t)
             if rc:
                 self._raise(rc)
             for k, ts in enumerate(times):
@@ -209,7 +198,7 @@ class Driver:
     def _bind(self, feeds: dict):
         """Point ``p`` at this run's feeds (aligned copies where a kernel wants them)
         and fresh outputs: ``(buffers to keep alive, value -> fresh output)``."""
-        buf, p = _ffi().from_buffer, self._p
+        buf, p = ffi.from_buffer, self._p
         keep, store = [], {}
         for k, v in self.feeds:
             a = feeds[v]

@@ -159,10 +159,9 @@ def _fold_batchnorms(g: Graph) -> Graph:
         s = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
         consts = dict(g.constants) if consts is None else consts
         wn, bname = f"{bn.outputs[0]}__W", f"{bn.outputs[0]}__B"
-        # each product in float64, rounded once, without a float64 copy of the weights
-        # (ufunc buffering: ResNet-18's 11M weights took 0.04-0.1 s of page faults)
-        consts[wn] = np.multiply(w, s.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float64,
-                                 out=np.empty_like(w), casting="same_kind")
+        # in the weights' type (ORT's fusion likewise): a product in float64, rounded
+        # once, took 5x longer (ResNet-18's 11M weights: 9 vs 2 ms, more in page faults)
+        consts[wn] = w * s.astype(w.dtype).reshape((-1,) + (1,) * (w.ndim - 1))
         consts[bname] = ((b - mean) * s + beta).astype(w.dtype)
         fused_of[id(conv)] = Node("Conv", conv.name, (conv.inputs[0], wn, bname), bn.outputs,
                                   conv.attrs)

@@ -66,9 +66,12 @@ class Plan:
         for s in groups:
             self.kernels[s.name] = built[canon[s.name]]
         self.timings["compile"] = time.perf_counter() - t0
-        # aligned once here (0-d stays 0-d), so kernels never copy weights at run time
-        self.constants = {v: aligned_copy(np.asarray(c), always=True)
-                          for v, c in consts.items()}
+        # aligned once here (0-d stays 0-d), so kernels never copy weights at run time;
+        # not those that every reader packs (``prepack`` reads them once): a copy of
+        # ResNet-18's 45 MB of conv weights took 10-60 ms of a load from the disk cache
+        packed_only = _packed_only(groups, self.kernels)
+        self.constants = {v: np.ascontiguousarray(c) if v in packed_only else
+                          aligned_copy(np.asarray(c), always=True) for v, c in consts.items()}
         #: group -> its kernel's packed copies of the weights (``CompiledKernel.prepack``)
         self.prepacked = {s.name: self.kernels[s.name].prepack(
             [self.constants.get(v) for v in s.inputs])
@@ -340,3 +343,14 @@ def _reads(step) -> list:
     if isinstance(step, View):
         return [step.source]
     return list(step.sources) if isinstance(step, Join) else step.inputs
+
+
+def _packed_only(groups, kernels) -> set:
+    """The values that every group reading them takes as a prepacked operand."""
+    packed: set = set()
+    other: set = set()
+    for s in groups:
+        at = {i for i, _n, _f in getattr(kernels[s.name], "prepacked", ())}
+        for i, v in enumerate(s.inputs):
+            (packed if i in at else other).add(v)
+    return packed - other

@@ -1,5 +1,5 @@
 """The C target's runtime: ``CompiledKernel``, a program compiled to a shared object
-for one set of sizes, loaded with cffi and called on numpy arrays.
+for one set of sizes, loaded with cffi (``ffi.py``) and called on numpy arrays.
 
 A call allocates the outputs (aligned; filled where the kernel reads them first), takes
 temporaries from a pool and calls the C function; a non-zero return names the run-time
@@ -15,20 +15,8 @@ import numpy as np
 from ..diagnostics import PolytcError
 from . import args as A
 from .compiled import Specialised
+from .ffi import Library, ffi
 from .memory import aligned_copy, aligned_empty, aligned_zeros, allocator, is_aligned
-
-
-@functools.lru_cache(maxsize=None)
-def _ffi(nargs: int, prepacks: tuple = ()):
-    """A cffi FFI declaring ``int polytc_kernel(void *, ...)`` with ``nargs`` pointers
-    and ``void f(const void *, void *)`` for each name in ``prepacks``.  cffi's ABI mode
-    (dlopen) calls a kernel in ~0.8 us where ctypes takes ~4 us."""
-    import cffi
-
-    ffi = cffi.FFI()
-    ffi.cdef(f"int polytc_kernel({', '.join(['void *'] * nargs) or 'void'});" +
-             "".join(f"void {f}(const void *, void *);" for f in prepacks))
-    return ffi
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,11 +75,11 @@ class CompiledKernel(Specialised):
         #: (input position, elements, function) per operand the kernel reads packed
         #: once, before it runs (``Options.constants``): ``prepack``
         self.prepacked = [tuple(p) for p in meta.get("prepacked", ())]
-        ffi = _ffi(len(program.inputs) + len(program.outputs) + len(self.temps) +
-                   len(self.prepacked), tuple(f for _i, _n, f in self.prepacked))
         _pin_openmp()
-        self._lib = ffi.dlopen(lib_path)
-        self._fn = self._lib.polytc_kernel
+        self._lib = Library(lib_path)
+        self._fn = self._lib.function("polytc_kernel", len(program.inputs) +
+                                      len(program.outputs) + len(self.temps) +
+                                      len(self.prepacked))
         self._buf = ffi.from_buffer
 
     # --- introspection -------------------------------------------------------------
@@ -123,7 +111,7 @@ class CompiledKernel(Specialised):
         for i, n, fn in self.prepacked:
             src = np.ascontiguousarray(inputs[i], dtype=self.program.inputs[i].dtype.np_dtype)
             dst = aligned_empty((n,), src.dtype, always=True)
-            getattr(self._lib, fn)(self._buf(src), self._buf(dst))
+            self._lib.function(fn, 2, "void")(self._buf(src), self._buf(dst))
             out.append(dst)
         return out
 
