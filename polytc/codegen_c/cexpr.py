@@ -133,6 +133,14 @@ class ExprPrinter:
         #: reads printed as masked loads: (helper, lanes) (a partial last vector)
         self.masked_reads: frozenset = frozenset()
         self.masked_load = ("", 0)
+        #: when a dict: each distinct read is loaded once into a local, named here by
+        #: its text, declared in ``hoisted_decls`` (the type of a vector or masked load:
+        #: ``hoisted_vector``); a micro-kernel's reduction step, where every row's
+        #: update repeats the same loads and address arithmetic (gcc folded them, in
+        #: a quarter more compile time)
+        self.hoisted: dict | None = None
+        self.hoisted_decls: list = []
+        self.hoisted_vector = ""
         #: contracted temporaries: tensor -> (buffer, box extents, box offsets as C)
         self.locals: dict = {}
         #: the iterators of the loops the instance is innermost in: a float division
@@ -192,12 +200,19 @@ class ExprPrinter:
         if isinstance(e, P.Size):
             return str(self.env[e.name])
         if isinstance(e, P.Read):
-            text = self.read(e)
+            text, ctype = self.read(e), e.dtype.c_name
             if id(e) in self.vector_reads:
-                return f"(*(const {self.vector_type} *)&{text})"
-            if id(e) in self.masked_reads:
-                return f"{self.masked_load[0]}(&{text}, {self.masked_load[1]})"
-            return text
+                text, ctype = f"(*(const {self.vector_type} *)&{text})", self.hoisted_vector
+            elif id(e) in self.masked_reads:
+                text = f"{self.masked_load[0]}(&{text}, {self.masked_load[1]})"
+                ctype = self.hoisted_vector
+            if self.hoisted is None:
+                return text
+            name = self.hoisted.get(text)
+            if name is None:
+                name = self.hoisted[text] = f"pt_r{len(self.hoisted)}"
+                self.hoisted_decls.append(f"const {ctype} {name} = {text}")
+            return name
         if isinstance(e, P.Convert):
             inner = self.expr(e.value, subscript)
             if e.dtype == BOOL:

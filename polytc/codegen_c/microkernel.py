@@ -199,6 +199,8 @@ def micro_kernel(em, loops, items):
     masked = tail % part_lanes  # lanes of a masked partial vector (0: none)
     iters = [em.for_header(lp)[0] for lp in loops]
     decls, body, epi, post = [], [], [], []
+    hoisted: dict = {}  # the reduction step's loads, each once (``ExprPrinter.hoisted``)
+    loads: list = []
     strided: list = []  # per row whose accumulators have the result's stride
     direct, stores = [], []  # (see ``handover``)
     starts = []  # per row: where its code starts in epi, post, direct, stores
@@ -268,7 +270,9 @@ def micro_kernel(em, loops, items):
                 p.masked_reads, p.masked_load = frozenset(vecs - whole), (mload, part)
             scaled = _scale(sst, jvars[0])
             scale = None if scaled is None else p.expr(scaled[0])
+            p.hoisted, p.hoisted_decls, p.hoisted_vector = hoisted, loads, vt
             update = p.expr(sst.stmt.rhs if scaled is None else scaled[1])
+            p.hoisted = None
             body.append(c.Statement(f"{acc} += {update}"))
             if unit:
                 load = f"{mload}(&{target}, {part})" if part else \
@@ -315,7 +319,7 @@ def micro_kernel(em, loops, items):
         em.vector_types.add((ctype, part_lanes, itemsize))
     if masked:
         em.masked_types.add((ctype, part_lanes, itemsize))
-    nest = body
+    nest = [c.Statement(d) for d in loads] + body
     for lp in reversed(loops):
         nest = [c.For(*em.for_header(lp)[1], c.Block(nest))]
     if direct:  # ``ends`` is the same for every row: they share the loops
