@@ -61,6 +61,10 @@ class Backend:
         """The ``tiling.gpu.Device`` the mapping is made for (None on the host)."""
         return None
 
+    def warm(self) -> None:
+        """Start what a first build waits for (the C compiler's probes) in the background,
+        while the graph passes or the isl work run."""
+
     def cache_facts(self) -> dict:
         """What, besides the program, sizes and options, keys a compiled kernel."""
         return {}
@@ -108,6 +112,7 @@ class Backend:
         made = []
 
         def make():
+            self.warm()
             b, files, meta = self.build(program, env, options)
             made.append(b)
             config.log(1, f"compiled {program.name} {env} for {self.name} in "

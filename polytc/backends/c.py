@@ -3,7 +3,7 @@ shared object and called through cffi (``runtime/native.py``)."""
 from __future__ import annotations
 
 from .. import config
-from ..codegen_c.compiler import build_shared_object
+from ..codegen_c.compiler import build_shared_object, warm_probes
 from ..codegen_c.emit import CEmitter
 from ..codegen_c.pack import packs_of
 from ..compiler.passes import statement_points
@@ -25,6 +25,9 @@ class C(Backend):
     folding = True
     private_reductions = True
     compiler = "gcc"
+
+    def warm(self) -> None:
+        warm_probes()
 
     def cache_facts(self) -> dict:
         # the thread count from the environment shapes the parallel loops and tiles

@@ -208,6 +208,29 @@ def default_flags() -> list[str]:
     return list(_remembered(("flags", tuple(cc), tuple(extra)), probe))
 
 
+_warming: list = []  # the thread of ``warm_probes``, once started
+
+
+def warm_probes() -> None:
+    """Run the compiler probes (``default_flags``, ``_native_target``) in a background
+    thread, once per process: with an empty cache they take ~70 ms of gcc runs, which
+    the first build would otherwise wait for after the isl work; started before it, they
+    overlap it (a build that needs them sooner waits on ``_memo_lock``).  A failing probe
+    is reported by the build that runs it again."""
+    with _memo_lock:
+        if _warming:
+            return
+
+        def probe():
+            try:
+                _native_target(default_flags())
+            except CompilationError:
+                pass
+
+        _warming.append(threading.Thread(target=probe, name="polytc-cc-probes", daemon=True))
+    _warming[0].start()
+
+
 def _native_target(flags: list[str]) -> str:
     """What ``-march=native`` means on this host (a digest of the enabled target options),
     so binaries built for one CPU are not served to another from a shared cache."""

@@ -61,6 +61,7 @@ class Session:
             raise UnsupportedError(f"target '{target}' is not available for models",
                                    hint=f"targets: {', '.join(TARGETS)}")
         _check_device(target)
+        backends.get(target).warm()
         t0 = time.perf_counter()
         self.graph, self.stages = passes.run(import_model(model, where), disable)
         check_supported(self.graph)  # every unsupported op at once, before compiling
