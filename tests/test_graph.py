@@ -364,5 +364,8 @@ def test_weights_are_aligned_once_and_scalars_stay_0d():
     plan = steps_of(polytc.onnx.compile(m))
     from polytc.runtime.memory import is_aligned
 
-    assert is_aligned(plan.constants["w"])  # no aligned copy per run
+    # no aligned copy per run: the weights aligned once, or packed once (aligned) by
+    # every kernel that reads them, and then not copied at all
+    packed = [a for arrays in plan.prepacked.values() for a in arrays]
+    assert is_aligned(plan.constants["w"]) or (packed and all(map(is_aligned, packed)))
     assert plan.constants["s"].shape == ()

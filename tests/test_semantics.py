@@ -11,6 +11,8 @@ import polytc
 from polytc.lang import reference
 from polytc.backends import available
 
+from tests.kernels_small import check
+
 from .test_onnx_nn_ops import _model
 
 F32 = np.float32
@@ -166,6 +168,16 @@ def test_window_longer_than_the_input_gives_an_empty_output():
     np.testing.assert_array_equal(conv(np.ones(5, F32), np.ones(3, F32)), [3, 3, 3])
     for n in (2, 1, 0):  # N - K + 1 <= 0 outputs, as numpy.correlate(..., "valid") on N < K
         assert conv(np.ones(n, F32), np.ones(3, F32)).shape == (0,)
+
+
+def test_contraction_over_an_empty_domain():
+    """Sizes of 0 under a contraction with a leading index (found by hypothesis: the
+    batch-fusion check read the empty domain's bounds as integers)."""
+    src = ("def f(float(1) A, float(M, N, 2) B) -> (float(1, M, N) T0, T1) {\n"
+           "    T0(i, j, k) +=! A(i) + B(j, k, l)\n"
+           "    T1(i, j) = T0(i, i, j) where j in 0:N\n}")
+    for m in (0, 3):
+        check(src, [(1,), (m, m, 2)], polytc.Options())  # against the reference
 
 
 # --- 5. NaN propagates through max= and min= ------------------------------------------------

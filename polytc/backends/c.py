@@ -10,6 +10,7 @@ from ..compiler.passes import statement_points
 from ..lang import program as P
 from ..tiling.contract import text as contract_text
 from ..runtime.compiled import build_meta
+from ..runtime.executor import executor
 from ..runtime.native import CompiledKernel
 from .base import Backend
 
@@ -27,7 +28,7 @@ class C(Backend):
     compiler = "gcc"
 
     def warm(self) -> None:
-        warm_probes()
+        warm_probes(then=executor)  # and the plans' executor
 
     def cache_facts(self) -> dict:
         # the thread count from the environment shapes the parallel loops and tiles

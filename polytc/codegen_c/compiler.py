@@ -211,12 +211,12 @@ def default_flags() -> list[str]:
 _warming: list = []  # the thread of ``warm_probes``, once started
 
 
-def warm_probes() -> None:
-    """Run the compiler probes (``default_flags``, ``_native_target``) in a background
-    thread, once per process: with an empty cache they take ~70 ms of gcc runs, which
-    the first build would otherwise wait for after the isl work; started before it, they
-    overlap it (a build that needs them sooner waits on ``_memo_lock``).  A failing probe
-    is reported by the build that runs it again."""
+def warm_probes(then=None) -> None:
+    """Run the compiler probes (``default_flags``, ``_native_target``), then ``then()``,
+    in a background thread, once per process: with an empty cache they take ~70 ms of
+    gcc runs, which the first build would otherwise wait for after the isl work; started
+    before it, they overlap it (a build that needs them sooner waits on ``_memo_lock``).
+    A failing probe is reported by the build that runs it again."""
     with _memo_lock:
         if _warming:
             return
@@ -224,6 +224,8 @@ def warm_probes() -> None:
         def probe():
             try:
                 _native_target(default_flags())
+                if then is not None:
+                    then()
             except CompilationError:
                 pass
 

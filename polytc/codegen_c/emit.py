@@ -304,7 +304,10 @@ class CEmitter:
             "".join(masked_moves(*v) for v in sorted(self.masked_types)) + \
             "\n".join(p.declaration() for p in self.packs.values()) + "\n\n" + \
             "\n\n".join(str(h) for h in self.helpers)
-        code = helpers + "\n\n" + str(fn) + "\n" + "".join(
+        # the same, its arguments in one array (a plan's executor: graph/native.py)
+        argv = (f"\nint {fname}_argv(void *const *a)\n{{\n  return {fname}("
+                f"{', '.join(f'a[{i}]' for i in range(len(params)))});\n}}\n")
+        code = helpers + "\n\n" + str(fn) + "\n" + argv + "".join(
             "\n" + p.prepack(self.scop.shapes, self.scop.env)
             for p in self.packs.values() if p.box is not None and not p.alias)
         return PRELUDE + div_helpers(code) + vector_math(code) + "\n" + code

@@ -1,21 +1,26 @@
-"""A plan's steps as one C function: the model's native entry point.
+"""A plan's steps run natively: the model's entry point.
 
 The Python executor (``Plan._execute``) calls every group's compiled kernel from Python:
 a few microseconds of argument handling per group, which a small model (an MLP at batch
-1, a recurrent cell unrolled over time) pays dozens of times per run.  ``Driver`` writes
-the whole run as one C function instead::
+1, a recurrent cell unrolled over time) pays dozens of times per run.  ``Driver`` runs
+the whole plan in one C call instead::
 
-    int polytc_plan(void *const *fn, void *const *p, int *step)
+    int polytc_exec(const int64_t *code, long n, void *const *fn, void *const *p,
+                    int *step, double *t)
 
-``fn`` holds the groups' kernel functions (each loaded from its own shared object) and
-``p`` every buffer a step touches: the constants, the arena's slots and the kernels'
-scratch, set once when the plan is made, and the feeds and the fresh outputs, set at
-each run.  The function fills the arena slots whose kernel reads them first, calls the
-kernels in order with their exact signatures, and returns the first non-zero code with
-the failing step in ``*step``.  A view is a reshape: it shares its source's pointer.
+``code`` is the plan as ``n`` numbers: per group, the fills of the arena slots its
+kernel reads before writing (``FILL``) and the call of its kernel (``CALL``) with the
+positions in ``p`` of its arguments.  ``fn`` holds the kernels' ``polytc_kernel_argv``
+entry points (each loaded from its own shared object; they take their arguments as one
+array) and ``p`` every buffer a step touches: the constants, the arena's slots and the
+kernels' scratch, set once when the plan is made, and the feeds and the fresh outputs,
+set at each run.  The executor returns the first non-zero code with the failing step in
+``*step``; given ``t``, it adds each step's seconds (its fills and its kernel) to
+``t[step]`` (``profile``).  A view is a reshape: it shares its source's pointer.
 Python's part of a run is writing the per-run pointers and one call (cffi releases the
-GIL for it).  The C text is ``Plan.driver.code``; it is built like a kernel (same
-flags, same disk cache, keyed by its text).
+GIL for it).  The executor is the same C for every model, compiled once per machine (a
+model's C had cost every cold compile a gcc run at its end, 75 ms for BERT-2L);
+``Plan.driver.code`` lists the steps as text.
 """
 from __future__ import annotations
 
@@ -24,38 +29,21 @@ import time
 import numpy as np
 
 from .. import config
-from ..codegen_c.compiler import build_shared_object
 from ..diagnostics import KernelRuntimeError
 from ..machine import threads
 from ..runtime.memory import aligned_copy, allocator, is_aligned
-from ..runtime.ffi import Library, ffi
+from ..runtime.executor import CALL, FILL, executor
+from ..runtime.ffi import ffi
 from ..runtime.native import set_threads
 from .governor import Governor
 from .group import Group, View
 
-_UINT = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
-
-
-#: the same steps, each one's seconds (its fills and its kernel) added to ``t[step]``
-_TIMED = """
-/* the same, timed: each step's seconds added to t[step] (Plan.profile) */
-#undef PT_TIC
-#undef PT_TOC
-#define PT_TIC clock_gettime(CLOCK_MONOTONIC, &pt_t0)
-#define PT_TOC(k) (clock_gettime(CLOCK_MONOTONIC, &pt_t1), \\
-  t[k] += (double)(pt_t1.tv_sec - pt_t0.tv_sec) + 1e-9 * (double)(pt_t1.tv_nsec - pt_t0.tv_nsec))
-"""
-
-
-def fill_code(index: int, n: int, dtype, fill) -> str:
-    """C that sets all ``n`` elements of buffer ``p[index]`` to ``fill``, bit-exactly:
-    the element's bytes written as an unsigned integer of its width."""
+def fill_word(dtype, fill) -> tuple[int, int]:
+    """``(width, word)``: an element of ``dtype`` equal to ``fill``, as the unsigned
+    integer of its bytes (bit-exact: -inf, NaN, -1)."""
     raw = np.full(1, fill, dtype).tobytes()
-    if not any(raw):
-        return f"memset(p[{index}], 0, {n * len(raw)}u);"
-    t = _UINT[len(raw)]
     word = int.from_bytes(raw, "little")
-    return f"{{ {t} *b = p[{index}]; for (size_t i = 0; i < {n}u; ++i) b[i] = {word:#x}u; }}"
+    return len(raw), word - (1 << 64) if word >= 1 << 63 else word
 
 
 class Driver:
@@ -94,7 +82,8 @@ class Driver:
                                        tuple(r.shape), r.dtype))
             return index[v]
 
-        lines: list = []
+        code: list = [0]  # (``EXEC_SOURCE``)
+        lines: list = []  # the same as text (``code``)
         self.kernels: list = []  # the kernel of each fn[k]
         self.steps: list = []  # and its group
         self.aligned: set = set()  # values some kernel wants 64-byte aligned
@@ -113,24 +102,18 @@ class Driver:
             k = len(self.kernels)
             self.kernels.append(ck)
             self.steps.append(s)
-            lines.append(f"  /* {s.name}: {' + '.join(s.ops)} */")
-            lines.append("  PT_TIC;")
+            lines.append(f"{s.name}: {' + '.join(s.ops)}")
             for v, f in zip(s.outputs, ck.out_fill):
                 if f is not None and v in plan.placed:
-                    lines.append("  " + fill_code(index[v], refs[v].size, refs[v].dtype, f))
-            sig = ", ".join(["void *"] * len(args)) or "void"
-            lines.append(f"  rc = ((int (*)({sig}))fn[{k}])"
-                         f"({', '.join(f'p[{a}]' for a in args)});")
-            lines.append(f"  PT_TOC({k});")
-            lines.append(f"  if (rc) {{ *step = {k}; return rc; }}")
-        body = "\n".join(lines) + "\n  return 0;\n}\n"
-        self.code = ("/* the model's steps in order (polytc.graph.native) */\n"
-                     "#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n"
-                     "#include <time.h>\n\n#define PT_TIC\n#define PT_TOC(k)\n"
-                     "int polytc_plan(void *const *fn, void *const *p, int *step)\n{\n"
-                     "  int rc;\n" + body + _TIMED +
-                     "int polytc_plan_timed(void *const *fn, void *const *p, int *step, "
-                     "double *t)\n{\n  int rc;\n  struct timespec pt_t0, pt_t1;\n" + body)
+                    width, word = fill_word(refs[v].dtype, f)
+                    code += [FILL, k, index[v], refs[v].size, width, word]
+                    lines.append(f"  fill p[{index[v]}]: {refs[v].size} x {f!r}")
+            code += [CALL, k, len(args)] + args
+            code[0] = max(code[0], len(args))
+            lines.append(f"  fn[{k}]({', '.join(f'p[{a}]' for a in args)})")
+        #: the steps as text: per group, its fills and its call
+        self.code = "\n".join(lines) + "\n"
+        self._code = np.array(code, np.int64)
         self.copies: dict = {}  # graph input -> its aligned buffer, when it needs one
         self._load(fixed, len(index))
         self.full = threads()
@@ -138,10 +121,10 @@ class Driver:
             else None
 
     def _load(self, fixed, n):
-        self._lib = Library(build_shared_object(self.code, {"name": "polytc_plan"}))
-        self._fn = self._lib.function("polytc_plan", 3)
-        self._fns = ffi.new("void *[]", [ffi.cast("void *", ffi.cast("uintptr_t", ck._fn))
+        self._exec = executor()
+        self._fns = ffi.new("void *[]", [ffi.cast("void *", ffi.cast("uintptr_t", ck._argv))
                                          for ck in self.kernels] or 1)
+        self._prog = ffi.from_buffer("int64_t[]", self._code)
         self._p = ffi.new("void *[]", max(n, 1))
         self._keep = []  # the buffers p points to stay alive with the driver
         for k, a in fixed:  # constants and the arena are aligned (Plan); scratch need not be
@@ -156,7 +139,7 @@ class Driver:
         n = gov.threads() if gov is not None else self.full
         set_threads(n)
         t0 = time.perf_counter()
-        rc = self._fn(self._fns, self._p, self._step)
+        rc = self._exec(self._prog, len(self._code), self._fns, self._p, self._step, ffi.NULL)
         if gov is not None:
             gov.record(n, time.perf_counter() - t0)
         del keep  # the feeds' buffers lived through the call
@@ -180,7 +163,7 @@ class Driver:
         for _ in range(repeat):
             keep, _store = self._bind(feeds)
             t = ffi.new("double[]", max(len(self.steps), 1))
-            rc = self._lib.function("polytc_plan_timed", 4)(self._fns, self._p, self._step, t)
+            rc = self._exec(self._prog, len(self._code), self._fns, self._p, self._step, t)
             if rc:
                 self._raise(rc)
             for k, ts in enumerate(times):

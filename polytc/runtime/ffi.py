@@ -18,17 +18,19 @@ ffi = _cffi_backend.FFI()
 
 
 @functools.lru_cache(maxsize=None)
-def function_type(nargs: int, result: str = "int"):
-    """``result (*)(void *, ...)`` with ``nargs`` pointer parameters."""
-    return ffi.typeof(f"{result}(*)({', '.join(['void *'] * nargs) or 'void'})")
+def function_type(params: int | str, result: str = "int"):
+    """``result (*)(params)``; an ``int`` is that many ``void *`` parameters."""
+    if isinstance(params, int):
+        params = ", ".join(["void *"] * params) or "void"
+    return ffi.typeof(f"{result}(*)({params})")
 
 
 class Library:
     """A shared object opened with ``dlopen`` (``RTLD_NOW``); its functions are looked up
-    with their number of pointer parameters.  The object keeps the library loaded."""
+    with their parameters (``function_type``).  The object keeps the library loaded."""
 
     def __init__(self, path: str):
         self._lib = _cffi_backend.load_library(path)
 
-    def function(self, name: str, nargs: int, result: str = "int"):
-        return self._lib.load_function(function_type(nargs, result), name)
+    def function(self, name: str, params: int | str, result: str = "int"):
+        return self._lib.load_function(function_type(params, result), name)

@@ -77,9 +77,11 @@ class CompiledKernel(Specialised):
         self.prepacked = [tuple(p) for p in meta.get("prepacked", ())]
         _pin_openmp()
         self._lib = Library(lib_path)
-        self._fn = self._lib.function("polytc_kernel", len(program.inputs) +
-                                      len(program.outputs) + len(self.temps) +
-                                      len(self.prepacked))
+        nargs = len(program.inputs) + len(program.outputs) + len(self.temps) + \
+            len(self.prepacked)
+        self._fn = self._lib.function("polytc_kernel", nargs)
+        #: the same, its arguments in one array (the plan's executor, graph/native.py)
+        self._argv = self._lib.function("polytc_kernel_argv", 1)
         self._buf = ffi.from_buffer
 
     # --- introspection -------------------------------------------------------------
