@@ -375,6 +375,17 @@ class GraphStages(Mapping):
             k: np.broadcast_to(np.zeros((), v.dtype), np.shape(v))
             for k, v in g.constants.items()})
 
+    def __getstate__(self):  # the stand-ins as (dtype, shape): a view pickles whole
+        return self._texts, {n: g.replace(constants={k: (v.dtype, v.shape) for k, v in
+                                                     g.constants.items()})
+                             for n, g in self._graphs.items()}
+
+    def __setstate__(self, state):
+        self._texts, graphs = state
+        self._graphs = {n: g.replace(constants={k: np.broadcast_to(np.zeros((), d), s)
+                                                for k, (d, s) in g.constants.items()})
+                        for n, g in graphs.items()}
+
     def __getitem__(self, name: str) -> str:
         if name not in self._texts:
             self._texts[name] = str(self._graphs[name])

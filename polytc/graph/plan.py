@@ -31,7 +31,7 @@ from ..kernel import Kernel
 from ..lang.inline import inline_temporaries
 from ..lang.parser import parse
 from ..lang.sema import check
-from ..runtime.memory import aligned_copy, aligned_empty
+from ..runtime.memory import aligned_copy, aligned_empty, is_aligned
 from .bind import bind
 from .group import Group, Join, View, canonical, form_groups
 
@@ -71,7 +71,7 @@ class Plan:
         # ResNet-18's 45 MB of conv weights took 10-60 ms of a load from the disk cache
         packed_only = _packed_only(groups, self.kernels)
         self.constants = {v: np.ascontiguousarray(c) if v in packed_only else
-                          aligned_copy(np.asarray(c), always=True) for v, c in consts.items()}
+                          _aligned(np.asarray(c)) for v, c in consts.items()}
         #: group -> its kernel's packed copies of the weights (``CompiledKernel.prepack``)
         self.prepacked = {s.name: self.kernels[s.name].prepack(
             [self.constants.get(v) for v in s.inputs])
@@ -354,3 +354,10 @@ def _packed_only(groups, kernels) -> set:
         for i, v in enumerate(s.inputs):
             (packed if i in at else other).add(v)
     return packed - other
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """``a`` if contiguous and aligned (a constant of a cached graph: ``artefact.py``),
+    else an aligned copy."""
+    return a if a.flags.c_contiguous and a.ndim and is_aligned(a) else \
+        aligned_copy(a, always=True)

@@ -53,9 +53,8 @@ class Session:
 
     def __init__(self, model, target="c", options: Options | None = None, fuse: bool = True,
                  disable=(), where: str | None = None, native: bool = True):
-        from . import passes
+        from .artefact import imported
         from .bind import check_supported
-        from .onnx_import import import_model
 
         if target not in TARGETS:
             raise UnsupportedError(f"target '{target}' is not available for models",
@@ -63,7 +62,7 @@ class Session:
         _check_device(target)
         backends.get(target).warm()
         t0 = time.perf_counter()
-        self.graph, self.stages = passes.run(import_model(model, where), disable)
+        self.graph, self.stages = imported(model, where, disable)
         check_supported(self.graph)  # every unsupported op at once, before compiling
         self.options = options or Options()
         self.fuse, self.target, self.native = fuse, target, native

@@ -1,0 +1,88 @@
+"""A model file's imported graph comes from the disk cache on a later load
+(``polytc.graph.artefact``): the same outputs, the weights mapped read-only and aligned,
+and a rewritten file imported again."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import polytc
+import polytc.onnx
+from polytc.graph import artefact
+from polytc.graph import examples as ex
+from polytc.runtime.memory import is_aligned
+
+
+@pytest.fixture
+def imports(monkeypatch):
+    """How many times a model was really imported."""
+    calls = []
+    real = artefact.import_model
+
+    def counted(*a, **k):
+        calls.append(a[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(artefact, "import_model", counted)
+    return calls
+
+
+def _save(m, path, seed):
+    rng = np.random.default_rng(seed)
+    for init in m.graph.initializer:  # other weights, the same sizes
+        a = onnx.numpy_helper.to_array(init)
+        init.CopyFrom(onnx.numpy_helper.from_array(
+            rng.uniform(0.5, 1.5, a.shape).astype(a.dtype), init.name))  # (BN variances > 0)
+    onnx.save(m, path)
+
+
+def test_a_second_load_comes_from_the_cache(tmp_path, imports):
+    m = ex.small_cnn(2, 8)
+    path = str(tmp_path / "cnn.onnx")
+    _save(m, path, 0)
+    feeds = ex.example_inputs(m, seed=1)
+    first = polytc.onnx.compile(path)
+    want = first.run(None, feeds)
+    second = polytc.onnx.compile(path)
+    assert len(imports) == 1  # the second load imported nothing
+    for a, b in zip(second.run(None, feeds), want):
+        np.testing.assert_array_equal(a, b)
+    weights = [c for c in second.graph.constants.values() if c.size > 16]
+    assert weights and all(not c.flags.writeable and is_aligned(c) for c in weights)
+    assert second.stages["fold_batchnorm"] == first.stages["fold_batchnorm"]
+    assert list(second.stages) == list(first.stages)
+
+
+def test_a_rewritten_file_is_imported_again(tmp_path, imports):
+    m = ex.mlp(3, (12, 8, 4))
+    path = str(tmp_path / "mlp.onnx")
+    _save(m, path, 0)
+    feeds = ex.example_inputs(m, seed=2)
+    before = polytc.onnx.compile(path).run(None, feeds)[0]
+    st = os.stat(path)
+    _save(m, path, 1)  # same size, other weights
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime
+    assert os.stat(path).st_size == st.st_size
+    after = polytc.onnx.compile(path).run(None, feeds)[0]
+    assert len(imports) == 2 and not np.array_equal(before, after)
+    want = polytc.onnx.compile(onnx.load(path)).run(None, feeds)[0]
+    np.testing.assert_array_equal(after, want)
+
+
+def test_models_not_on_disk_and_disabled_passes(tmp_path, imports, monkeypatch):
+    m = ex.mlp(2, (6, 5, 3))
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    polytc.onnx.compile(m)
+    polytc.onnx.compile(m.SerializeToString())
+    assert len(imports) == 2  # objects and bytes: imported each time
+    polytc.onnx.compile(path)
+    polytc.onnx.compile(path, disable=("cse",))  # another graph: its own entry
+    polytc.onnx.compile(path)
+    assert len(imports) == 4
+    monkeypatch.setenv("POLYTC_NO_DISK_CACHE", "1")
+    polytc.onnx.compile(path)
+    assert len(imports) == 5
