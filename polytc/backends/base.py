@@ -62,8 +62,11 @@ class Backend:
         return None
 
     def warm(self) -> None:
-        """Start what a first build waits for (the C compiler's probes) in the background,
-        while the graph passes or the isl work run."""
+        """Start what a first build waits for (the scheduler's helper process, the C
+        compiler's probes) in the background, while the graph passes or the isl work run."""
+        from ..poly import schedworker
+
+        schedworker.prestart()
 
     def cache_facts(self) -> dict:
         """What, besides the program, sizes and options, keys a compiled kernel."""

@@ -28,6 +28,7 @@ class C(Backend):
     compiler = "gcc"
 
     def warm(self) -> None:
+        super().warm()
         warm_probes(then=executor)  # and the plans' executor
 
     def cache_facts(self) -> dict:

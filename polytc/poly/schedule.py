@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import time
+import os
 
 import islpy as isl
 
+from . import schedworker
 from .scop import Scop
 
 
@@ -154,20 +155,27 @@ def strided_reduction(scop: Scop) -> tuple | None:
     return None
 
 
-def configure(ctx: isl.Context, fusion: str, contraction: bool = False) -> None:
+def configure(ctx: isl.Context, fusion: str, contraction: bool = False) -> dict:
     """isl scheduler options for a fusion strategy (see docs/scheduling.md); a program
-    with a contraction gets no shifts (its band is tiled as it is)."""
-    ctx.set_schedule_maximize_coincidence(1)
-    ctx.set_schedule_outer_coincidence(1 if fusion == "preserve" else 0)
-    ctx.set_schedule_serialize_sccs(1 if fusion == "min" else 0)
-    ctx.set_schedule_whole_component(1 if fusion == "max" else 0)
-    ctx.set_schedule_treat_coalescing(1)
-    ctx.set_schedule_max_coefficient(16)
-    # sizes are constants here: unbounded constant terms let the whole-component ILP
-    # explore shifts as large as the loops (mlp2 at 1024 ran for minutes); small shifts
-    # still fuse stencils.  A contraction's program gets none: with them, the 7x7/2
-    # convolution of ResNet (a padding copy, then the window) took isl 2.3 s, 25 ms without
-    ctx.set_schedule_max_constant_term(0 if contraction else 4)
+    with a contraction gets no shifts (its band is tiled as it is).  The options, set
+    on ``ctx`` and returned by name (``schedworker.OPTIONS``)."""
+    options = {
+        "schedule_maximize_coincidence": 1,
+        "schedule_outer_coincidence": 1 if fusion == "preserve" else 0,
+        "schedule_serialize_sccs": 1 if fusion == "min" else 0,
+        "schedule_whole_component": 1 if fusion == "max" else 0,
+        "schedule_treat_coalescing": 1,
+        "schedule_max_coefficient": 16,
+        # sizes are constants here: unbounded constant terms let the whole-component ILP
+        # explore shifts as large as the loops (mlp2 at 1024 ran for minutes); small
+        # shifts still fuse stencils.  A contraction's program gets none: with them, the
+        # 7x7/2 convolution of ResNet (a padding copy, then the window) took isl 2.3 s,
+        # 25 ms without
+        "schedule_max_constant_term": 0 if contraction else 4,
+    }
+    for name, value in options.items():
+        getattr(ctx, f"set_{name}")(value)
+    return options
 
 
 #: isl's budget for one scheduling problem; past it, program order is used
@@ -179,58 +187,30 @@ MAX_OPERATIONS = 20_000_000
 DEADLINE = 8.0
 
 
-def _within_deadline(ctx, sc, fusion):
-    """``sc.compute_schedule()``, or None when it takes longer than ``DEADLINE``.
-
-    The scheduler runs in a forked child (isl cannot be interrupted from outside); the
-    schedule comes back as text.  Where fork is unavailable it runs here, unguarded."""
-    import os
-    import select
-
-    if not hasattr(os, "fork") or DEADLINE is None:
+def _within_deadline(ctx, sc, options: dict, fusion: str):
+    """``sc.compute_schedule()``, or None when it takes longer than ``DEADLINE``.  A
+    whole-component problem (``fusion`` max) runs in the helper process of
+    ``schedworker`` (isl cannot be interrupted from outside), the constraints and the
+    schedule as text; the others, whose operation budget isl checks, here (ResNet-18's
+    19 conv groups: 0.82 -> 0.60 s of its cold compile).  Where there is no ``select``
+    on pipes (Windows) every problem runs here, unguarded."""
+    if DEADLINE is None or not options["schedule_whole_component"] or os.name != "posix":
         return sc.compute_schedule()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: compute, write the schedule as text, leave at once
-        try:
-            os.close(r)
-            text = sc.compute_schedule().to_str().encode()
-            os.write(w, b"ok\n")
-            while text:
-                text = text[os.write(w, text):]
-        except BaseException:  # noqa: BLE001 - any failure: the parent falls back
-            pass
-        os._exit(0)
-    os.close(w)
-    chunks, deadline = [], time.monotonic() + DEADLINE
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                os.kill(pid, 9)
-                from .. import config
+    text = schedworker.schedule(dict(options, max_operations=MAX_OPERATIONS), sc.to_str(),
+                                DEADLINE)
+    if text is None:
+        from .. import config
 
-                config.log(1, f"isl scheduler ({fusion}) ran past {DEADLINE:.0f} s; "
-                              "falling back")
-                return None
-            data = os.read(r, 1 << 16)
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(r)
-        os.waitpid(pid, 0)
-    text = b"".join(chunks).decode()
-    if not text.startswith("ok\n"):
-        raise isl.Error("the scheduler failed")
-    return isl.Schedule.read_from_str(ctx, text[3:])
+        config.log(1, f"isl scheduler ({fusion}) ran past {DEADLINE:.0f} s; falling back")
+        return None
+    return isl.Schedule.read_from_str(ctx, text)
 
 
 def run_scheduler(scop: Scop, deps: Dependences, fusion: str) -> isl.Schedule | None:
     """isl's schedule for one fusion strategy (``max``, ``preserve``, ``min``; see
     ``configure``), or None when isl runs out of budget (``MAX_OPERATIONS``, ``DEADLINE``).
     ``poly.fusion.isl_schedule`` resolves ``auto`` and falls back."""
-    configure(scop.ctx, fusion, has_contraction(scop))
+    options = configure(scop.ctx, fusion, has_contraction(scop))
     validity = deps.scheduling_validity
     proximity = deps.raw.union(deps.waw)
     if deps.relaxed is not None:  # no pull towards skewing reductions
@@ -242,7 +222,7 @@ def run_scheduler(scop: Scop, deps: Dependences, fusion: str) -> isl.Schedule | 
     scop.ctx.set_max_operations(MAX_OPERATIONS)
     scop.ctx.reset_operations()
     try:
-        schedule = _within_deadline(scop.ctx, sc, fusion)
+        schedule = _within_deadline(scop.ctx, sc, options, fusion)
     except isl.Error as e:
         schedule = None
         from .. import config
