@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from polytc.codegen_c import compiler
+from polytc.codegen_c.cexpr import PRELUDE
 from polytc.diagnostics import CompilationError
 from polytc import cache as cache_mod
 from polytc.cache import DiskCache, cache_key, polytc_fingerprint
@@ -195,6 +196,46 @@ def test_build_and_call(cache_dir, count_builds):
     # different key parts: a different entry
     assert compiler.build_shared_object(src, {"entry": "other"}) != path
     assert len(count_builds) == 2
+
+
+@pytest.fixture
+def fresh_memo(monkeypatch):
+    """An empty probe memo (as in a new process), once the background probes are done."""
+    for t in compiler._warming:
+        t.join()
+    monkeypatch.setattr(compiler, "_memo", {})
+
+
+def _exp_kernel(src):
+    lib = ctypes.CDLL(compiler.build_shared_object(src, {"entry": "f"}))
+    a = (ctypes.c_float * 1)(1.0)
+    lib.f(a)
+    assert abs(a[0] - 2.7182817) < 1e-6
+
+
+def test_kernels_build_with_the_precompiled_prelude(cache_dir, fresh_memo, count_builds):
+    """A kernel's prelude comes precompiled (built once, kept in the disk cache)."""
+    src = PRELUDE + unique_source("void f(float *a) { a[0] = expf(a[0]); }\n")
+    _exp_kernel(src)
+    header, kernel = count_builds
+    assert "c-header" in header
+    pch = kernel[kernel.index("-I") + 1]
+    assert os.path.exists(os.path.join(pch, compiler.PCH_HEADER + ".gch"))
+    _exp_kernel(PRELUDE + unique_source("void f(float *a) { a[0] = expf(a[0]); }\n"))
+    assert len(count_builds) == 3  # the header once
+
+
+def test_kernels_build_without_a_precompiled_prelude(cache_dir, fresh_memo, monkeypatch):
+    real = compiler._run_compiler
+
+    def no_headers(cmd, cwd, timeout=compiler.BUILD_TIMEOUT_S):
+        if "c-header" in cmd:
+            return subprocess.CompletedProcess(cmd, 1, "", "no precompiled headers here")
+        return real(cmd, cwd, timeout)
+
+    monkeypatch.setattr(compiler, "_run_compiler", no_headers)
+    _exp_kernel(PRELUDE + unique_source("void f(float *a) { a[0] = expf(a[0]); }\n"))
+    assert compiler.precompiled_prelude(compiler._cc(), compiler.default_flags()) is None
 
 
 def test_openmp_kernel(cache_dir):

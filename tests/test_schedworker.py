@@ -28,12 +28,17 @@ def test_the_helper_finds_the_schedule_found_here(fusion):
     assert isl.Schedule.read_from_str(ctx, text).plain_is_equal(here)
 
 
-def test_past_the_deadline_none_then_a_new_helper():
+def test_past_the_deadline_none_then_a_new_helper(monkeypatch):
     ctx = isl.Context()
     options = S.configure(ctx, "max")
     text = _constraints(ctx).to_str()
-    assert W.schedule(options, text, 0.0) is None  # killed, not waited for
-    assert W._WORKER._proc is None
+    assert W.schedule(options, text, 30.0) is not None
+    proc = W._WORKER._proc
+    waited = []
+    monkeypatch.setattr(W.select, "select", lambda r, w, x, t: waited.append(t) or ([], [], []))
+    assert W.schedule(options, text, 0.5) is None and waited == [0.5]  # no answer in time
+    assert W._WORKER._proc is None and proc.poll() is not None  # killed, not waited for
+    monkeypatch.undo()
     assert W.schedule(options, text, 30.0) is not None  # started again
 
 
