@@ -86,3 +86,24 @@ def test_models_not_on_disk_and_disabled_passes(tmp_path, imports, monkeypatch):
     monkeypatch.setenv("POLYTC_NO_DISK_CACHE", "1")
     polytc.onnx.compile(path)
     assert len(imports) == 5
+
+
+def test_weights_in_a_file_of_their_own(tmp_path, imports):
+    """A model whose weights are external data: a change of that file alone (the model
+    file untouched) is seen."""
+    m = ex.mlp(3, (12, 8, 4))
+    feeds = ex.example_inputs(m, seed=4)
+    want = polytc.onnx.compile(m).run(None, feeds)[0]
+    path = str(tmp_path / "ext.onnx")
+    onnx.save(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)  # (m refers to the file now)
+    np.testing.assert_allclose(polytc.onnx.compile(path).run(None, feeds)[0], want,
+                               rtol=1e-6)
+    np.testing.assert_allclose(polytc.onnx.compile(path).run(None, feeds)[0], want,
+                               rtol=1e-6)
+    assert len(imports) == 2  # the model object, then the file once
+    weights = tmp_path / "weights.bin"
+    raw = np.fromfile(weights, np.float32)
+    (raw * 2).tofile(weights)  # other weights, same size, same model file
+    got = polytc.onnx.compile(path).run(None, feeds)[0]
+    assert len(imports) == 3 and not np.allclose(got, want)

@@ -6,7 +6,9 @@ the protobuf, copying out every initialiser and running the graph passes (ResNet
 file's identity as the file system gives it (real path, size, inode, device and the
 modification and change times in nanoseconds: any rewrite changes the change time, as
 no tool can set it) with the disabled passes and polytc's own source (``cache_key``);
-a model handed over as a ``ModelProto`` or bytes is imported every time.
+the files its external tensors are in are checked likewise at each load (the model is
+imported anew when one changed).  A model handed over as a ``ModelProto`` or bytes is
+imported every time.
 
 The entry holds ``graph.pickle``, the graph and its stages with every numeric constant
 replaced by its place in ``constants.bin``, where the constants lie one after another
@@ -38,10 +40,30 @@ def imported(model, where: str | None, disable=()) -> tuple:
         return passes.run(import_model(model, where), disable)
 
     def build():
-        return _files(*passes.run(import_model(model, where), disable)), {"kind": "onnx-graph"}
+        external: list = []
+        graph, stages = passes.run(import_model(model, where, external), disable)
+        return _files(graph, stages), {"kind": "onnx-graph", "external": _stats(external)}
 
     entry, _ = DiskCache().get_or_build(key, build)
+    external = entry["meta"].get("external", [])
+    if _stats([path for path, *_ in external]) != external:
+        # the weights in a file of their own changed, the model file did not: imported
+        # anew (another load, with the same model file, finds the same stale entry)
+        config.log(1, f"{model}: its external data changed since it was cached")
+        return passes.run(import_model(model, where), disable)
     return _load(entry["dir"])  # (also when just built: one kind of constants)
+
+
+def _stats(paths) -> list:
+    """``[path, size, inode, mtime, ctime]`` of each file (``None`` for a missing one)."""
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append([p, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns])
+        except OSError:
+            out.append([p, None, None, None, None])
+    return out
 
 
 def _key(model, disable) -> str | None:

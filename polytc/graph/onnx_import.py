@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import external_data_helper, helper, numpy_helper
 
 from ..diagnostics import ModelError
 from .ir import Graph, Node, TensorType
@@ -15,8 +15,9 @@ from .ir import Graph, Node, TensorType
 MIN_OPSET = 13
 
 
-def load(model, where: str = "<model>") -> onnx.ModelProto:
-    """A ``ModelProto`` from a path, bytes or a ``ModelProto``."""
+def load(model, where: str = "<model>", external: list | None = None) -> onnx.ModelProto:
+    """A ``ModelProto`` from a path, bytes or a ``ModelProto``.  ``external``: a list
+    that gets the paths of the files a model file's external tensors were read from."""
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, os.PathLike)):
@@ -24,7 +25,15 @@ def load(model, where: str = "<model>") -> onnx.ModelProto:
         if not os.path.isfile(where):
             raise ModelError(f"{where}: no such model file")
         try:
-            return onnx.load(where)
+            m = onnx.load(where, load_external_data=False)
+            found = {os.path.join(os.path.dirname(where), e.value)
+                     for t in _tensors(m.graph) if external_data_helper.uses_external_data(t)
+                     for e in t.external_data if e.key == "location"}
+            if found:
+                external_data_helper.load_external_data_for_model(m, os.path.dirname(where))
+            if external is not None:
+                external.extend(sorted(found))
+            return m
         except Exception as e:  # noqa: BLE001 - protobuf and I/O errors alike
             raise ModelError(f"{where}: not a readable ONNX model (truncated or malformed: "
                              f"{_first_line(e)})") from None
@@ -36,6 +45,20 @@ def load(model, where: str = "<model>") -> onnx.ModelProto:
                              f"malformed: {_first_line(e)})") from None
     raise ModelError(f"polytc.onnx.compile takes a path, bytes or an onnx.ModelProto, "
                      f"not {type(model).__name__}")
+
+
+def _tensors(g: onnx.GraphProto):
+    """Every tensor of a graph: initialisers and attributes, subgraphs included."""
+    yield from g.initializer
+    for n in g.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for sub in a.graphs:
+                yield from _tensors(sub)
 
 
 def _first_line(e, limit: int = 300) -> str:
@@ -207,8 +230,8 @@ def to_graph(model: onnx.ModelProto, where: str = "<model>") -> Graph:
                  opset_of(model))
 
 
-def import_model(model, where: str | None = None) -> Graph:
-    """Load, check and convert a model: the whole importer."""
+def import_model(model, where: str | None = None, external: list | None = None) -> Graph:
+    """Load, check and convert a model: the whole importer (``external``: see ``load``)."""
     where = where or (os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<model>")
     own = not isinstance(model, onnx.ModelProto)
-    return to_graph(prepare(load(model, where), where, own), where)
+    return to_graph(prepare(load(model, where, external), where, own), where)
