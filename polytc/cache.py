@@ -171,9 +171,12 @@ def _file_digest(path: str, like: str) -> str:
     return f"crc32:{value:08x}" if crc else h.hexdigest()
 
 
+def _valid_key(key) -> bool:
+    return isinstance(key, str) and len(key) >= 3 and all(c in "0123456789abcdef" for c in key)
+
+
 def _check_key(key: str) -> None:
-    if (not isinstance(key, str) or len(key) < 3
-            or not all(c in "0123456789abcdef" for c in key)):
+    if not _valid_key(key):
         raise InternalError(f"invalid cache key {key!r}",
                             hint="this is a polytc bug; keys come from cache_key()")
 
@@ -395,6 +398,35 @@ class DiskCache:
                 removed += len(os.listdir(d))
                 shutil.rmtree(d, ignore_errors=True)
         return removed
+
+    def supersede(self, tag: str, key: str) -> None:
+        """Record ``key`` as the entry of ``tag`` (a model file's path) and remove the
+        entry recorded before it, if another: a file recompiled after each change keeps
+        one entry of its size (a model's weights), not one per version."""
+        root = self._writable_root()
+        index = os.path.join(root, "index")
+        name = os.path.join(index, hashlib.sha256(tag.encode()).hexdigest())
+        try:
+            os.makedirs(index, exist_ok=True)
+            with open(name, encoding="utf-8") as f:
+                old = f.read().strip()
+        except OSError:
+            old = None
+        try:
+            with tempfile.NamedTemporaryFile("w", dir=index, delete=False) as f:
+                f.write(key)
+            os.replace(f.name, name)
+        except OSError:
+            return
+        if old and old != key and _valid_key(old):
+            d = self._entry_dir(root, old)
+            if os.path.isdir(d):  # moved aside first: readers see all of it or nothing
+                aside = tempfile.mkdtemp(prefix=".trash-", dir=os.path.dirname(d))
+                try:
+                    os.rename(d, os.path.join(aside, "entry"))
+                except OSError:
+                    pass
+                shutil.rmtree(aside, ignore_errors=True)
 
     def lock(self, key: str) -> filelock.FileLock:
         """An inter-process lock for building ``key`` (``with cache.lock(key): ...``)."""

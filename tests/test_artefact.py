@@ -30,6 +30,14 @@ def imports(monkeypatch):
     return calls
 
 
+def _graph_entries() -> set:
+    """The cached graphs."""
+    root = os.environ["POLYTC_CACHE_DIR"]
+    return {os.path.join(root, shard, key) for shard in os.listdir(root) if len(shard) == 2
+            for key in os.listdir(os.path.join(root, shard))
+            if os.path.exists(os.path.join(root, shard, key, "graph.pickle"))}
+
+
 def _save(m, path, seed):
     rng = np.random.default_rng(seed)
     for init in m.graph.initializer:  # other weights, the same sizes
@@ -61,13 +69,17 @@ def test_a_rewritten_file_is_imported_again(tmp_path, imports):
     path = str(tmp_path / "mlp.onnx")
     _save(m, path, 0)
     feeds = ex.example_inputs(m, seed=2)
+    known = _graph_entries()
     before = polytc.onnx.compile(path).run(None, feeds)[0]
+    (first,) = _graph_entries() - known
     st = os.stat(path)
     _save(m, path, 1)  # same size, other weights
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime
     assert os.stat(path).st_size == st.st_size
     after = polytc.onnx.compile(path).run(None, feeds)[0]
     assert len(imports) == 2 and not np.array_equal(before, after)
+    assert first not in _graph_entries()  # the first version's entry went
+    assert len(_graph_entries() - known) == 1
     want = polytc.onnx.compile(onnx.load(path)).run(None, feeds)[0]
     np.testing.assert_array_equal(after, want)
 

@@ -7,7 +7,9 @@ file's identity as the file system gives it (real path, size, inode, device and 
 modification and change times in nanoseconds: any rewrite changes the change time, as
 no tool can set it) with the disabled passes and polytc's own source (``cache_key``);
 the files its external tensors are in are checked likewise at each load (the model is
-imported anew when one changed).  A model handed over as a ``ModelProto`` or bytes is
+imported anew when one changed).  A new version of a file replaces the entry of the
+one before (``DiskCache.supersede``): a model exported again and again keeps one copy
+of its weights in the cache.  A model handed over as a ``ModelProto`` or bytes is
 imported every time.
 
 The entry holds ``graph.pickle``, the graph and its stages with every numeric constant
@@ -44,7 +46,10 @@ def imported(model, where: str | None, disable=()) -> tuple:
         graph, stages = passes.run(import_model(model, where, external), disable)
         return _files(graph, stages), {"kind": "onnx-graph", "external": _stats(external)}
 
-    entry, _ = DiskCache().get_or_build(key, build)
+    cache = DiskCache()
+    entry, built = cache.get_or_build(key, build)
+    if built:  # the entry of an earlier version of the file goes
+        cache.supersede(f"{os.path.realpath(os.fspath(model))}\0{sorted(disable)}", key)
     external = entry["meta"].get("external", [])
     if _stats([path for path, *_ in external]) != external:
         # the weights in a file of their own changed, the model file did not: imported
