@@ -59,10 +59,14 @@ class Plan:
                              tuple(k for k, v in enumerate(s.inputs) if v in consts))
             unique.setdefault(canon[s.name], s)
         # identical groups compile once; the isl part of each compile runs under a
-        # lock, gcc runs in parallel
+        # lock, gcc runs in parallel; the longest builds first (the groups with the most
+        # contractions, then the longest texts), so that short ones fill the last gaps
+        # instead of a long gcc run ending the compile alone (BERT-2L 1.13 -> 1.06 s)
+        order = sorted(unique.items(), key=lambda kv: (-kv[0][0].count("+=!"),
+                                                       -len(kv[0][0])))
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            built = dict(zip(unique, pool.map(
-                lambda kv: self._compile(kv[1], kv[0][0], options, kv[0][1]), unique.items())))
+            built = dict(zip((k for k, _ in order), pool.map(
+                lambda kv: self._compile(kv[1], kv[0][0], options, kv[0][1]), order)))
         for s in groups:
             self.kernels[s.name] = built[canon[s.name]]
         self.timings["compile"] = time.perf_counter() - t0
