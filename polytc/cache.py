@@ -273,15 +273,23 @@ class DiskCache:
                 return f"hash mismatch for {name}"
         return record["meta"]
 
-    def _remove_corrupt(self, root: str, d: str, key: str) -> None:
-        # Move it aside atomically first, so the final path never holds half a directory.
+    @staticmethod
+    def _move_aside(d: str) -> str | None:
+        """Move entry ``d`` into a new trash directory (atomically: the final path never
+        holds half a directory); the trash directory, or None when it could not."""
         try:
             aside = tempfile.mkdtemp(prefix=".trash-", dir=os.path.dirname(d))
-            target = os.path.join(aside, "entry")
-            os.rename(d, target)
+            os.rename(d, os.path.join(aside, "entry"))
         except OSError:
+            return None
+        return aside
+
+    def _remove_corrupt(self, root: str, d: str, key: str) -> None:
+        aside = self._move_aside(d)
+        if aside is None:
             shutil.rmtree(d, ignore_errors=True)
             return
+        target = os.path.join(aside, "entry")
         # Another process may have replaced the entry by a valid one between our check and
         # the rename: put it back then.
         if isinstance(self._validate(target, key), dict):
@@ -420,12 +428,8 @@ class DiskCache:
             return
         if old and old != key and _valid_key(old):
             d = self._entry_dir(root, old)
-            if os.path.isdir(d):  # moved aside first: readers see all of it or nothing
-                aside = tempfile.mkdtemp(prefix=".trash-", dir=os.path.dirname(d))
-                try:
-                    os.rename(d, os.path.join(aside, "entry"))
-                except OSError:
-                    pass
+            aside = self._move_aside(d) if os.path.isdir(d) else None
+            if aside is not None:  # (readers see all of an entry or nothing)
                 shutil.rmtree(aside, ignore_errors=True)
 
     def lock(self, key: str) -> filelock.FileLock:

@@ -91,6 +91,30 @@ def test_put_get_round_trip(tmp_path):
     assert sorted(os.listdir(tmp_path / "c" / key[:2])) == [key]
 
 
+@pytest.mark.parametrize("offset", [0, cache_mod.LARGE_FILE, 3 * cache_mod.LARGE_FILE - 1])
+def test_large_files_are_checked_by_crc(tmp_path, offset):
+    """A file over ``LARGE_FILE`` (a model's weights) is recorded by its CRC-32; one
+    flipped byte anywhere in it, or a byte cut off, makes the entry a miss."""
+    c = DiskCache(tmp_path / "c")
+    key = cache_key(test="large", offset=offset)
+    data = os.urandom(3 * cache_mod.LARGE_FILE)
+    entry = c.put(key, {"w.bin": data, "small": b"x"}, {})
+    with open(os.path.join(entry["dir"], "meta.json")) as f:
+        digests = json.load(f)["files"]
+    assert digests["w.bin"].startswith("crc32:") and not digests["small"].startswith("crc")
+    assert DiskCache(tmp_path / "c").get(key) is not None
+    with open(os.path.join(entry["dir"], "w.bin"), "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x01]))
+    assert DiskCache(tmp_path / "c").get(key) is None
+    entry = c.put(key, {"w.bin": data}, {})
+    with open(os.path.join(entry["dir"], "w.bin"), "r+b") as f:
+        f.truncate(len(data) - 1)
+    assert DiskCache(tmp_path / "c").get(key) is None
+
+
 def test_corrupt_meta_is_a_miss(tmp_path):
     c = DiskCache(tmp_path / "c")
     key = cache_key(test="corrupt-meta")

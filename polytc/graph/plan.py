@@ -61,7 +61,7 @@ class Plan:
         # identical groups compile once; the isl part of each compile runs under a
         # lock, gcc runs in parallel; the longest builds first (the groups with the most
         # contractions, then the longest texts), so that short ones fill the last gaps
-        # instead of a long gcc run ending the compile alone (BERT-2L 1.13 -> 1.06 s)
+        # instead of a long gcc run ending the compile alone (BERT-2L 1.17-1.21 -> 1.08-1.11 s)
         order = sorted(unique.items(), key=lambda kv: (-kv[0][0].count("+=!"),
                                                        -len(kv[0][0])))
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
