@@ -1,11 +1,17 @@
 """Compile times and the per-call overhead of a cached kernel.
 
-    python benchmarks/bench_compile.py
+    python benchmarks/bench_compile.py [--dynamic]
 
 Cold compiles run in a fresh cache directory (isl + gcc); "disk" reloads the same kernel
 in a new process-level table (no isl, no gcc); the overhead is a whole call of a cached
 kernel minus the C function alone, on a 16-element add (median of many calls), next to a
 numpy ufunc call for scale.
+
+``--dynamic``: a matmul whose rows vary (K = N = 512) and a 10-statement row program
+whose rows vary, each with its rows symbolic (docs/dynamic.md): the first compile, the
+cost of a call at each new size after it (cold: nothing was compiled for that size), and
+the run time of the generic kernel against a kernel specialised to each size (interleaved,
+median of 7 rounds; specialised kernels compile in a fresh cache, their compile time shown).
 """
 from __future__ import annotations
 
@@ -77,7 +83,65 @@ def overhead():
     return statistics.median(calls), statistics.median(alone), statistics.median(npy)
 
 
+ROWS = (1, 3, 8, 17, 40, 64, 100, 256, 1000)
+
+
+def dynamic(name, src, make, rows=ROWS):
+    """The --dynamic table of one program: ``make(rows, rng)`` gives its inputs."""
+    import polytc
+
+    os.environ["POLYTC_CACHE_DIR"] = tempfile.mkdtemp(prefix="polytc-bench-")
+    polytc.clear_cache(disk=False)
+    rng = np.random.default_rng(0)
+    size = polytc.tc(src).program.sizes[0]
+    gen = polytc.tc(src, dynamic=(size,))
+    t0 = time.perf_counter()
+    gen.specialize(*make(64, rng))
+    first = time.perf_counter() - t0
+    print(f"\n{name}: {size} symbolic; first compile {first * 1e3:.0f} ms (at {size}=64)")
+    print(f"{size:>6} {'new size':>10} {'generic':>10} {'specialised':>12} {'ratio':>6} "
+          f"{'its compile':>12}")
+    news, ratios = [], []
+    for m in rows:
+        args = make(m, rng)
+        t0 = time.perf_counter()
+        gen(*args)
+        new = time.perf_counter() - t0
+        spec = polytc.tc(src, dynamic=())
+        t0 = time.perf_counter()
+        spec(*args)
+        compile_s = time.perf_counter() - t0
+        reps = max(5, min(2000, int(0.02 / max(new, 1e-5))))
+        res: dict = {0: [], 1: []}
+        for _ in range(7):
+            for k, f in ((0, gen), (1, spec)):
+                ts = []
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    f(*args)
+                    ts.append(time.perf_counter() - t0)
+                res[k].append(statistics.median(ts))
+        g, sp = statistics.median(res[0]), statistics.median(res[1])
+        news.append(new)
+        ratios.append(g / sp)
+        print(f"{m:>6} {new * 1e3:>8.2f}ms {g * 1e6:>8.1f}us {sp * 1e6:>10.1f}us "
+              f"{g / sp:>6.2f} {compile_s * 1e3:>10.0f}ms")
+    geo = float(np.exp(np.mean(np.log(ratios))))
+    print(f"new size: median {statistics.median(news) * 1e3:.2f} ms, worst "
+          f"{max(news) * 1e3:.2f} ms; generic / specialised geomean {geo:.2f}")
+
+
+def main_dynamic():
+    f = np.float32
+    dynamic("matmul", MATMUL, lambda m, r: [r.random((m, 512), f), r.random((512, 512), f)])
+    dynamic("10-statement row program", TEN, lambda m, r: [
+        r.random((m, 128), f), r.random(128, f), r.random(128, f), r.random((128, 64), f)])
+    return 0
+
+
 def main():
+    if "--dynamic" in sys.argv[1:]:
+        return main_dynamic()
     rng = np.random.default_rng(0)
     f = np.float32
     mm = cold_compile(MATMUL, [rng.random((512, 256), f), rng.random((256, 384), f)])

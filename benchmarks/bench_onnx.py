@@ -1,7 +1,7 @@
 """Whole ONNX models: ``polytc.onnx`` against onnxruntime on the CPU.
 
     python benchmarks/bench_onnx.py [--only name,name] [--repeats N] [--threads T] [--quick]
-                                    [--load] [--batch B]
+                                    [--load] [--batch B] [--dynamic]
 
 One table: per model (from ``polytc.graph.examples``) the median milliseconds of one
 ``sess.run(None, feeds)`` of polytc and of onnxruntime, polytc's time over onnxruntime's,
@@ -22,6 +22,11 @@ Before its samples each library runs the model for ``WARM_UP_S`` seconds, as a s
 model has (polytc's runs choose their team size meanwhile).  ``--load`` times both with a
 busy neighbour: a process spinning on the last core (the shared machine a served model
 meets), started after the compiles and stopped after the model's samples.
+
+``--dynamic``: models exported with a symbolic batch (``N``), one session each, run at
+batch sizes in turn (docs/dynamic.md): the first run at each new batch (the first two
+compile; later ones reuse the generic kernels), then polytc's and onnxruntime's run
+times interleaved in this process, and a session compiled for that batch alone.
 """
 from __future__ import annotations
 
@@ -168,32 +173,38 @@ def worker_main(family: str, threads: int) -> int:
         send(("missing", common.short(e)))
         return 0
     send(("hello", version))
-    call = None
+    calls: dict = {}  # column -> the run it times
+    sessions: dict = {}  # model path -> its session (--dynamic: one for every batch)
     for msg in receive():
         op = msg[0]
         try:
-            if op == "setup":
-                _, name, path, feeds, refs, cache_dir = msg
-                call = None
+            if op == "setup":  # (..., column): a column other than the family's
+                name, path, feeds, refs, cache_dir = msg[1:6]
+                col = msg[6] if len(msg) > 6 else family
+                calls.pop(col, None)
                 if cache_dir:
                     os.environ["POLYTC_CACHE_DIR"] = cache_dir
-                sess = _session(family, path, threads)
+                sess = sessions.get(path) or sessions.setdefault(
+                    path, _session(family, path, threads))
+                t0 = time.perf_counter()
                 outs = sess.run(None, feeds)
+                first = time.perf_counter() - t0
                 why = None if refs is None else check(outs, refs)
                 if why is None:
                     def call(run=sess.run, feeds=feeds):
                         return run(None, feeds)
-                    reply = ("ok", [family], {}, [], [np.asarray(o) for o in outs])
+                    calls[col] = call
+                    reply = ("ok", [col], {}, [], [np.asarray(o) for o in outs], first)
                 else:
-                    reply = ("ok", [], {family: "WRONG"}, [f"{name} {family}: WRONG, {why}"],
-                             None)
+                    reply = ("ok", [], {col: "WRONG"}, [f"{name} {col}: WRONG, {why}"],
+                             None, first)
             elif op == "once":  # calibrates the calls per sample: a call right after
                 # another, as in a sample's loop (the first after an idle wait also wakes
                 # the thread pool, and samples of too few calls then measure mostly that)
-                warm_up(call)  # (under --load's neighbour: it runs by now)
-                reply = ("ok", common.time_once(call))
+                warm_up(calls[msg[1]])  # (under --load's neighbour: it runs by now)
+                reply = ("ok", common.time_once(calls[msg[1]]))
             elif op == "sample":
-                reply = ("ok", common.time_sample(call, msg[2]))
+                reply = ("ok", common.time_sample(calls[msg[1]], msg[2]))
             else:
                 reply = ("error", f"unknown request {op!r}")
             common.settle()
@@ -289,9 +300,9 @@ def run_model(name, build, args, tmp, workers, notes):
             if w.missing is not None:
                 cells[family] = "n/a"
                 continue
-            ready, c, n, outs = w.call(("setup", name, path, feeds,
-                                        refs if family == "polytc" else None,
-                                        cache_dir if family == "polytc" else None), 1800)
+            ready, c, n, outs, _ = w.call(("setup", name, path, feeds,
+                                           refs if family == "polytc" else None,
+                                           cache_dir if family == "polytc" else None), 1800)
         except bench_cpu.WorkerError as e:
             cells[family] = "fail"
             notes.append(f"{name} {family}: {e}")
@@ -344,8 +355,12 @@ def main(argv=None):
     ap.add_argument("--load", action="store_true",
                     help="time with a busy neighbour: a process spinning on one core "
                          "(compile times are measured without it)")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="models with a symbolic batch, run at several batch sizes")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = ap.parse_args(argv)
+    if args.dynamic:
+        return dynamic_main(args.threads or common.default_threads(), args.repeats or 7)
     if args.repeats is None:
         args.repeats = 5 if args.quick else 15
     if args.min_sample is None:
@@ -408,6 +423,87 @@ def main(argv=None):
     print("polytc, ort: median ms of one run; polytc/ort below 1: polytc is faster; compile: "
           "polytc.onnx.compile + first run in a fresh process, with an empty cache (cold) "
           "and again from that cache (disk)")
+    common.print_footer(notes, load0, t_start)
+    return 0
+
+
+DYNAMIC_BATCHES = (1, 2, 3, 8, 17, 32, 64)
+
+
+def dynamic_main(threads: int, repeats: int) -> int:
+    """The ``--dynamic`` tables (see the module docstring): each library in its worker
+    process, as in the main table; polytc's worker keeps one session of the model with
+    the symbolic batch (its first run at a new batch is the cost of that batch) and
+    compiles a session for each batch alone (the ``specialised`` column)."""
+    import onnx
+
+    from polytc.graph import examples as ex
+
+    os.environ["POLYTC_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(threads)
+    print(f"polytc ONNX dynamic batch: {common.cpu_model()}, {threads} threads for both; "
+          f"median ms of one run over {repeats} interleaved samples")
+    workers = {f: Worker(f, threads) for f in FAMILIES}
+    notes: list = []
+    load0, t_start = common.load_average(), time.perf_counter()
+    try:
+        for w in workers.values():
+            w.start()
+        for w in workers.values():
+            w.hello()
+        with tempfile.TemporaryDirectory(prefix="polytc-bench-dyn-") as tmp:
+            for name, make in (("mlp 784-512-512-10", lambda b: ex.mlp(b)),
+                               ("small_cnn 32x32", lambda b: ex.small_cnn(b, 32))):
+                dyn = os.path.join(tmp, f"{name.split()[0]}_N.onnx")
+                onnx.save(make("N"), dyn)
+                cache = os.path.join(tmp, f"cache-{name.split()[0]}")
+                rows, ratios, news = [], [], []
+                for k, b in enumerate(DYNAMIC_BATCHES):
+                    fixed = os.path.join(tmp, f"{name.split()[0]}_{b}.onnx")
+                    m = make(b)
+                    onnx.save(m, fixed)
+                    feeds = ex.example_inputs(m, seed=k)
+                    _, _, _, refs, _ = workers["ort"].call(
+                        ("setup", name, dyn, feeds, None, None, "ort"), 600)
+                    contenders, cells, first = {}, {}, 0.0
+                    for col, path in (("polytc", dyn), ("specialised", fixed)):
+                        ready, c, n, _, t = workers["polytc"].call(
+                            ("setup", name, path, feeds, refs, cache, col), 1800)
+                        first = t if col == "polytc" else first
+                        cells.update(c)
+                        notes.extend(n)
+                        contenders.update({x: bench_cpu.Remote(workers["polytc"], x)
+                                           for x in ready})
+                    contenders["ort"] = bench_cpu.Remote(workers["ort"], "ort")
+                    tm = common.time_interleaved(contenders, repeats, warm=True,
+                                                 min_sample=0.02)
+                    t = {col: x.median for col, x in tm.items() if x.error is None}
+                    if k >= 2:
+                        news.append(first)
+                    row = [str(b), f"{first * 1e3:.1f}"]
+                    for col in ("polytc", "ort", "specialised"):
+                        row.append(cells.get(col) or common.fmt_ms(t[col]) if col in t
+                                   else cells.get(col, "fail"))
+                    if "polytc" in t and "ort" in t:
+                        ratios.append(t["polytc"] / t["ort"])
+                        row.append(f"{t['polytc'] / t['ort']:.2f}x")
+                    else:
+                        row.append("")
+                    row.append(f"{t['polytc'] / t['specialised']:.2f}x"
+                               if "polytc" in t and "specialised" in t else "")
+                    rows.append(row)
+                print(f"\n{name}, exported with batch N")
+                print(common.table(["batch", "first run ms", "polytc", "ort", "specialised",
+                                    "polytc/ort", "polytc/spec."], rows))
+                geo = math.exp(sum(map(math.log, ratios)) / max(1, len(ratios)))
+                print(f"polytc/ort geomean {geo:.2f}; first run at a new batch after the first "
+                      f"two (compiles nothing): median "
+                      f"{sorted(news)[len(news) // 2] * 1e3:.1f} ms, worst "
+                      f"{max(news) * 1e3:.1f} ms")
+    finally:
+        for w in workers.values():
+            w.stop()
+    print("\nbatch: in this order; first run: polytc's first sess.run at that batch (the "
+          "first two compile); specialised: a session compiled for that batch alone")
     common.print_footer(notes, load0, t_start)
     return 0
 

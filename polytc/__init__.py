@@ -34,9 +34,10 @@ def _programs(defs, source):
 
 @user_boundary
 def tc(src: str, name: str | None = None, *, options: Options | None = None,
-       filename: str = "<tc>", target: str = "c"):
+       filename: str = "<tc>", target: str = "c", dynamic="auto"):
     """Compile TC text.  One ``def``: its kernel.  Several: a dict name -> kernel, or
-    the one called ``name``.  ``target``: ``c`` (default), ``opencl`` or ``cuda``."""
+    the one called ``name``.  ``target``: ``c`` (default), ``opencl`` or ``cuda``.
+    ``dynamic``: the size policy (``polytc.Kernel``): ``"auto"``, size names, or ``()``."""
     from .diagnostics import Source
     from .lang.parser import parse
 
@@ -49,19 +50,20 @@ def tc(src: str, name: str | None = None, *, options: Options | None = None,
         if not chosen:
             raise PolytcError(f"no def named '{name}' in this text",
                               hint="it defines " + ", ".join(d.name for d in defs))
-        return Kernel(_programs(chosen, source)[0], options, target)
+        return Kernel(_programs(chosen, source)[0], options, target, dynamic)
     names = [d.name for d in defs]
     for i, n in enumerate(names):
         if n in names[:i]:
             raise TCSemanticError(f"two defs are named '{n}'", defs[i].span)
-    kernels = {p.name: Kernel(p, options, target) for p in _programs(defs, source)}
+    kernels = {p.name: Kernel(p, options, target, dynamic) for p in _programs(defs, source)}
     if len(kernels) == 1:
         return next(iter(kernels.values()))
     return kernels
 
 
-def kernel(fn=None, *, options: Options | None = None, target: str = "c"):
-    """Decorator: the function's body, in Python syntax, is a TC program (never run)."""
+def kernel(fn=None, *, options: Options | None = None, target: str = "c", dynamic="auto"):
+    """Decorator: the function's body, in Python syntax, is a TC program (never run).
+    ``dynamic``: the size policy, as for ``polytc.tc``."""
 
     @user_boundary
     def wrap(f):
@@ -69,7 +71,7 @@ def kernel(fn=None, *, options: Options | None = None, target: str = "c"):
 
         d = function_to_def(f)
         prog = _programs([d], d.span.source)[0]
-        k = Kernel(prog, options, target)
+        k = Kernel(prog, options, target, dynamic)
         k.__doc__ = f.__doc__
         k.__name__ = f.__name__
         return k

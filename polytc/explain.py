@@ -24,7 +24,7 @@ import islpy as isl
 
 from .codegen_c.compiler import vectorizer_report
 from .compiler import pipeline
-from .compiler.passes import statement_points
+from .tiling.extents import statement_points
 from .diagnostics import ScheduleError
 from .poly import handsched as H
 from .poly import legality as L
@@ -287,7 +287,7 @@ class _Explainer:
     def parallel(self):
 
         o = self.b.options
-        points = sum(statement_points(s, self.b.env) for s in self.scop.stmts)
+        points = sum(statement_points(s, self.b.env, self.scop.symbolic) for s in self.scop.stmts)
         for node, marks, inside in loops(self.b.schedule):
             exprs = member_exprs(node, self.scop)
             names = _sorted(self.scop, statements_below(node))

@@ -18,6 +18,7 @@ from .backends.base import forget_loaded
 from .cache import DiskCache
 from .diagnostics import PolytcError, user_boundary
 from .lang import program as P
+from .lang import sizes as S
 from .options import Options
 from .poly.recipe import Schedule
 from .runtime import args as A
@@ -34,21 +35,35 @@ def clear_cache(disk: bool = True) -> int:
     removed.  Kernels already returned by ``specialize`` keep working."""
     forget_loaded()
     for k in list(_KERNELS):
-        k._table.clear()
+        for table in (k._table, k._sized, k._generic_kernels):
+            table.clear()
     return DiskCache().clear() if disk else 0
 
 
 class Kernel:
-    """A checked program, compiled on demand for the sizes of each call."""
+    """A checked program, compiled on demand for the sizes of each call.
+
+    ``dynamic`` is the size policy (docs/dynamic.md): ``"auto"`` specialises each size to
+    the value of the call until a call brings another value, after which that size stays
+    symbolic (one kernel serves all its values); a sequence of size names keeps those
+    symbolic from the first call; ``()`` specialises every size to every call."""
 
     def __init__(self, program: P.Program, options: Options | None = None,
-                 target: str = backends.DEFAULT):
+                 target: str = backends.DEFAULT, dynamic="auto"):
         self.program = program
         self.target = backends.check(target)
         self.backend = backends.get(self.target)
         self.options = options or Options()
+        self.dynamic = _policy(program, dynamic)
+        for n in self.options.symbolic:
+            _policy(program, (n,))  # an unknown name is an error here, not later
         self._explicit = options is not None  # autotuning hook: else tuned options apply
         self._table: dict = {}  # signature -> loaded kernel (runtime.compiled.Specialised)
+        self._sized: dict = {}  # the sizes' items -> the kernel specialised to them
+        self._first: dict = {}  # size -> its value at the first call ("auto")
+        self._varied: set = set()  # sizes seen at two values ("auto")
+        #: (symbolic sizes, the others' values) -> the loaded kernel that serves them
+        self._generic_kernels: dict = {}
         _KERNELS.add(self)
 
     def __repr__(self):
@@ -64,7 +79,8 @@ class Kernel:
     def with_options(self, options: Options | None = None, **changes) -> "Kernel":
         """A new kernel with other options (this one is unchanged)."""
         base = options or self.options
-        return Kernel(self.program, base.replace(**changes) if changes else base, self.target)
+        return Kernel(self.program, base.replace(**changes) if changes else base, self.target,
+                      self.dynamic)
 
     @user_boundary
     def schedule(self, *args, start: str = "isl"):
@@ -108,7 +124,7 @@ class Kernel:
     def to(self, target: str) -> "Kernel":
         """The same program and options on another target (``c``, ``opencl``, ``cuda``);
         this kernel is unchanged."""
-        k = Kernel(self.program, self.options, target)
+        k = Kernel(self.program, self.options, target, self.dynamic)
         k._explicit = self._explicit
         return k
 
@@ -145,6 +161,22 @@ class Kernel:
 
     def _specialize(self, inputs) -> Specialised:
         env = A.bind_sizes(self.program, inputs)
+        # sizes compiled for before run the same code again (a call with out= and one
+        # without give the same bits)
+        known = self._sized.get(tuple(env.items()))
+        if known is not None:
+            return known
+        symbolic = self._symbolic(env)
+        if symbolic and all(env[n] >= 1 for n in symbolic):
+            ck = self._generic(env, symbolic)
+            if ck.serves(env):
+                return ck.at(env)
+            # sizes the generic code does not serve (a size of 0): specialised
+        ck = self._sized[tuple(env.items())] = self._specialised(env)
+        return ck
+
+    def _specialised(self, env) -> Specialised:
+        """The kernel specialised to the sizes ``env``."""
         text, options = str(self.program), self.options
         # --- autotuning hook: a kernel created without options uses the options that
         # polytc.autotune stored for this program, sizes and machine (runtime/tuning.py)
@@ -152,6 +184,55 @@ class Kernel:
             options = tuning.lookup(self.program, env, text=text, target=self.target) or options
         # --- end of the autotuning hook
         return self.backend.compiled(self.program, env, options, text)
+
+    def _symbolic(self, env) -> tuple:
+        """The sizes this call's kernel keeps symbolic (the size policy)."""
+        if not self.backend.symbolic:
+            return ()
+        if self.dynamic == "auto":
+            for n, v in env.items():
+                if self._first.setdefault(n, v) != v:
+                    self._varied.add(n)
+            chosen = self._varied
+        else:
+            chosen = set(self.dynamic)
+        return tuple(sorted((chosen | set(self.options.symbolic)) & set(env)))
+
+    def _generic(self, env, symbolic) -> Specialised:
+        """The kernel symbolic in ``symbolic`` for the other sizes of ``env`` (compiled
+        once, at hint sizes: each value rounded up to a power of two, so that nearby
+        first calls share a disk-cache entry)."""
+        fixed = tuple(sorted((k, v) for k, v in env.items() if k not in symbolic))
+        ck = self._generic_kernels.get((symbolic, fixed))
+        if ck is None:
+            hint = dict(env)
+            for n in symbolic:
+                hint[n] = 1 << max(0, int(env[n]) - 1).bit_length()
+            if any(S.evaluate(d, hint) < 0 for t in self.program.tensors for d in t.shape):
+                hint = dict(env)  # the rounded sizes would make an extent negative
+            options = self.options.replace(symbolic=symbolic)
+            if not self._explicit:
+                options = tuning.lookup(self.program, hint, target=self.target) or options
+                options = options.replace(symbolic=symbolic)
+            ck = self._generic_kernels[(symbolic, fixed)] = self.backend.compiled(
+                self.program, hint, options, str(self.program))
+        return ck
+
+
+def _policy(program: P.Program, dynamic):
+    """A size policy checked: ``"auto"``, or a tuple of the program's size names."""
+    if dynamic == "auto":
+        return dynamic
+    if dynamic is None or dynamic is False:
+        return ()
+    names = (dynamic,) if isinstance(dynamic, str) else tuple(dynamic)
+    for n in names:
+        if n not in program.sizes:
+            raise PolytcError(
+                f"'{n}' is not a size of {program.name}",
+                hint=f"its sizes: {', '.join(program.sizes) or '(none)'}; "
+                     "dynamic= takes size names, 'auto' or ()")
+    return tuple(sorted(set(names)))
 
 
 def _signature(a) -> tuple:

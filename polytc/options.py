@@ -58,6 +58,10 @@ class Options:
     #: (``CompiledKernel.prepack``, which ``polytc.onnx`` calls when it makes a plan)
     #: instead of at every call; a call given no packed copy packs it itself (C target)
     constants: tuple = ()
+    #: sizes (by name) that stay isl parameters: one compiled kernel serves every value
+    #: of them (the others are specialised to the call's values; see docs/dynamic.md).
+    #: A kernel's size policy (``polytc.tc(..., dynamic=...)``) fills it
+    symbolic: tuple = ()
     #: a hand schedule's recipe (``polytc.Schedule.steps``, see docs/jupyter.md): when
     #: given it replaces isl's scheduler and the tiling and parallel passes; C target only
     schedule: tuple = ()
@@ -99,6 +103,10 @@ class Options:
             raise OptionsError("constants must be a sequence of input names, "
                                f"got the string {self.constants!r}")
         object.__setattr__(self, "constants", tuple(sorted(set(self.constants))))
+        if isinstance(self.symbolic, str) or not all(isinstance(n, str) for n in self.symbolic):
+            raise OptionsError(f"symbolic must be a sequence of size names, got "
+                               f"{self.symbolic!r}")
+        object.__setattr__(self, "symbolic", tuple(sorted(set(self.symbolic))))
         object.__setattr__(self, "schedule", _steps(self.schedule))
         if self.mapping not in MAPPINGS:
             raise OptionsError(f"unknown mapping {self.mapping!r}",

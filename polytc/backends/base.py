@@ -45,6 +45,8 @@ class Backend:
     #: whether a parallel loop may keep a private copy of a reduction's result per
     #: thread, combined at its end (``poly/privatize.py``: OpenMP array reductions)
     private_reductions = False
+    #: whether its kernels may keep sizes symbolic (``Options.symbolic``)
+    symbolic = False
 
     def __repr__(self):
         return f"<polytc backend {self.name}>"

@@ -6,7 +6,7 @@ from .. import config
 from ..codegen_c.compiler import build_shared_object, warm_probes
 from ..codegen_c.emit import CEmitter
 from ..codegen_c.pack import packs_of
-from ..compiler.passes import statement_points
+from ..tiling.extents import statement_points
 from ..lang import program as P
 from ..tiling.contract import text as contract_text
 from ..runtime.compiled import build_meta
@@ -25,6 +25,7 @@ class C(Backend):
     contracting = True
     folding = True
     private_reductions = True
+    symbolic = True
     compiler = "gcc"
 
     def warm(self) -> None:
@@ -61,7 +62,7 @@ class C(Backend):
             files = {"kernel.so": f.read()}
         local = {d.subject for d in b.tiling if d.kind == "contract"}
         return files, build_meta(b, align_inputs=align_inputs(b), local_temps=sorted(local),
-                                 prepacked=prepacked(b))
+                                 prepacked=prepacked(b), symbolic=list(b.scop.symbolic))
 
     def load(self, program, env, options, entry, build=None):
         return CompiledKernel(program, env, options, f"{entry['dir']}/kernel.so",
@@ -88,7 +89,7 @@ def align_inputs(b) -> list:
         if d.kind != "contraction" or d.subject in packed:
             continue
         sst = next(s for s in b.scop.stmts if s.name == d.subject)
-        points = statement_points(sst, b.env)
+        points = statement_points(sst, b.env, b.scop.symbolic)
         for e in P.reads(sst.stmt.rhs):
             if len(e.indices) >= 2:
                 size = 1

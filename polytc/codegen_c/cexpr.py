@@ -124,6 +124,8 @@ class ExprPrinter:
     select_fminmax = True
 
     def __init__(self, shapes: dict, env: dict, vars: dict, guarded: frozenset, sites: list):
+        #: ``shapes``: tensor -> extents, ``env``: size -> value; a symbolic size's value
+        #: (and an extent depending on one) is its C text (``c_sizes``)
         self.shapes, self.env, self.vars = shapes, env, vars
         self.guarded, self.sites = guarded, sites
         #: reads (by ``id``) printed as loads of ``vector_type`` from their element's
@@ -175,10 +177,11 @@ class ExprPrinter:
             return f"{tensor}[0]"
         lin = None
         for d, (s, n) in enumerate(zip(subs, shape)):
+            cn = f"{n}L" if isinstance(n, int) else f"({n})"  # a number or a size's C
             if checked:
                 what = f"read out of bounds: subscript {d} of '{tensor}' is outside 0:{n}"
-                s = f"pt_chk({s}, {n}L, {self.site(span, what)}, &err)"
-            lin = s if lin is None else f"({lin}) * {n}L + ({s})"
+                s = f"pt_chk({s}, {cn}, {self.site(span, what)}, &err)"
+            lin = s if lin is None else f"({lin}) * {cn} + ({s})"
         return f"{tensor}[{lin}]"
 
     def read(self, e: P.Read) -> str:
@@ -256,7 +259,7 @@ class ExprPrinter:
         if e.op in ("/", "%") and not t.is_float:
             d = e.rhs.value if isinstance(e.rhs, P.Const) else \
                 self.env[e.rhs.name] if isinstance(e.rhs, P.Size) else 0
-            if d > 0:  # a positive constant divisor needs no check
+            if isinstance(d, str) or d > 0:  # a symbolic size is at least 1 (its context)  # a positive constant divisor needs no check
                 return self._wrap(f"({a} {e.op} {b})", t)
             kind = "div" if e.op == "/" else "rem"
             site = self.site(e.span, "integer division by zero")
@@ -396,3 +399,23 @@ def isl_expr(e) -> str:
     if op in (_OP.cond, _OP.select):
         return f"({args[0]} ? {args[1]} : {args[2]})"
     raise NotImplementedError(f"isl AST operator {op}")
+
+
+def c_sizes(scop) -> tuple:
+    """``(shapes, env)`` for an ``ExprPrinter`` of ``scop``: numbers, except that a
+    symbolic size is its name and an extent that depends on one is its C expression
+    (isl's AST printer, under the assumptions of ``scop.context``)."""
+    if not scop.symbolic:
+        return scop.shapes, scop.env
+    build = isl.AstBuild.from_context(scop.context)
+    params = ", ".join(scop.symbolic)
+
+    def c(d: str):
+        if d.lstrip("-").isdigit():
+            return int(d)
+        aff = isl.PwAff.read_from_str(scop.ctx, f"[{params}] -> {{ [({d})] }}")
+        return isl_expr(build.expr_from_pw_aff(aff))
+
+    shapes = {t: tuple(c(d) for d in dims) for t, dims in scop.dims.items()}
+    env = {k: (k if k in scop.symbolic else v) for k, v in scop.env.items()}
+    return shapes, env

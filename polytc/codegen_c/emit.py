@@ -25,7 +25,7 @@ from .vmath import vector_math
 from .pack import PackPrinter, packs_of
 from .tcopy import transposed_copy
 from .vloop import math_loop
-from .cexpr import (PRELUDE, ExprPrinter, div_helpers, isl_expr, literal,
+from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, isl_expr, literal,
                     statement_code)
 from .promote import Promotion
 
@@ -67,7 +67,11 @@ class CEmitter:
         #: locals some instance accesses outside the loop that declares them (isl put it
         #: beside the loop): the code is made again without them (``backends.c``)
         self.escaped: set = set()
-        self.params = [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
+        #: extents and sizes as the C code reads them (a symbolic size by its name)
+        self.shapes, self.env = c_sizes(scop)
+        #: the symbolic sizes come first: ``int polytc_kernel(long M, const float *A, ...)``
+        self.params = [f"long {n}" for n in scop.symbolic] + \
+            [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
             [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries
              if t.name not in self.locals] + \
             [p.parameter for p in self.packs.values() if p.box is not None and not p.alias]
@@ -79,6 +83,9 @@ class CEmitter:
         self.masked_types: set = set()  # those with partial vectors (masked moves)
         self.private: list = []  # tensors the next parallel loop reduces in private copies
         self.shared_pass = 0  # the depth of such loops (``privatize.py``) around the node
+        #: (header, the parallel loop's iterator) of a symbolic loop that the parallel
+        #: loop inside it collapses with (``collapsing``): set until that loop took it
+        self.collapse_into = None
 
     def node(self, n, pragma=None) -> list:
         t = n.get_type()
@@ -124,6 +131,7 @@ class CEmitter:
                 return copy
             outlined = bool(pragma) and it == pragma[1] and pragma[0].startswith("omp parallel")
             simd = bool(pragma) and it == pragma[1] and pragma[0] == "omp simd"
+            outer = self.collapsing(n, header) if pragma is None else None
             self.iters.append(it)
             self.outlining += outlined
             self.in_simd += simd
@@ -131,13 +139,22 @@ class CEmitter:
             self.in_simd -= simd
             self.outlining -= outlined
             self.iters.pop()
+            if outer is not None:
+                if self.collapse_into is None:  # the parallel loop below took this one
+                    return inner
+                self.collapse_into = None
             # a mark applies to the loop of its schedule dimension; when isl dropped
             # that loop (one iteration), to no loop at all
             if pragma and it == pragma[1]:
                 if pragma[0].startswith("omp parallel"):
                     pragma[3].append(it)
                     inner = [self.outline(pragma[2] + inner, self.iters + [it])]
-                    return [c.Pragma(pragma[0]), c.For(*header, c.Block(inner))]
+                    loop = c.For(*header, c.Block(inner))
+                    if self.collapse_into is not None and self.collapse_into[1] == it:
+                        outer, self.collapse_into = self.collapse_into[0], None
+                        return [c.Pragma(pragma[0] + " collapse(2)"),  # and the loop around
+                                c.For(*outer, c.Block([loop]))]
+                    return [c.Pragma(pragma[0]), loop]
                 plain = self.versioned([c.Pragma(pragma[0]), c.For(*header, c.Block(inner))])
                 vector = math_loop(self, n, it, header, inner) if simd else None
                 if vector is None:
@@ -156,13 +173,34 @@ class CEmitter:
             name = call.op_get_arg(0).id_get_id().get_name()
             if name in self.packs:
                 args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
-                return [c.Statement(self.packs[name].copy(args, self.scop.shapes, self.scop.env,
+                return [c.Statement(self.packs[name].copy(args, self.shapes, self.env,
                                                           self.sites))]
             sst, printer = self.instance(n)
             if sst.name in self.folds:
                 return self.folds[sst.name].instance(self, sst, printer)
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
+
+    def collapsing(self, n, header):
+        """``header`` when the loop ``n`` runs a symbolic number of iterations (a
+        dynamic batch) around nothing but a parallel loop of a fixed count that does not
+        depend on it: the two loops then run as one parallel loop (``collapse(2)``), so
+        a batch of one keeps every thread busy and a large one forks once.  Else None."""
+        T = isl.ast_node_type
+        body = n.for_get_body()
+        if not self.scop.symbolic or self.outlining or body.get_type() != T.mark:
+            return None
+        kind, _, depth = body.mark_get_id().get_name().partition(":")
+        inner = body.mark_get_node()
+        if kind != "parallel" or inner.get_type() != T.for_:
+            return None
+        it2, header2 = self.for_header(inner)
+        it = header[0].split()[1]
+        if it2 != f"c{depth}" or re.search(rf"\b{it}\b", " ".join(header2)) or \
+                not any(re.search(rf"\b{n}\b", " ".join(header)) for n in self.scop.symbolic):
+            return None
+        self.collapse_into = (header, it2)
+        return header
 
     def unrolled(self, n) -> list:
         """A loop of constant bounds (the rows of a register tile that is not a
@@ -203,8 +241,7 @@ class CEmitter:
         for name in self.private:
             op = next(s.stmt.op for s in self.scop.stmts
                       if s.kind == "body" and s.stmt.tensor == name)
-            size = int(np.prod(self.scop.shapes[name], dtype=np.int64))
-            out += f" reduction({op}:{name}[:{size}])"
+            out += f" reduction({op}:{name}[:{self.elements(name, '')}])"
         return out
 
     def shared_sum(self, terms: int, code: str) -> bool:
@@ -224,12 +261,19 @@ class CEmitter:
 
     def fill(self, t, value) -> list:
         """Statements setting every element of the temporary ``t`` to ``value``."""
-        n = int(np.prod(self.scop.shapes[t.name], dtype=np.int64))
+        n = self.elements(t.name)
         ct = t.dtype.c_name
         if value == 0:
-            return [c.Statement(f"memset({t.name}, 0, {n}L * sizeof({ct}))")]
-        return self.simd_loop(("long pt_i = 0", f"pt_i < {n}L", "pt_i += 1"), c.Statement(
+            return [c.Statement(f"memset({t.name}, 0, {n} * sizeof({ct}))")]
+        return self.simd_loop(("long pt_i = 0", f"pt_i < {n}", "pt_i += 1"), c.Statement(
             f"{t.name}[pt_i] = {literal(value, t.dtype)}"))
+
+    def elements(self, tensor: str, suffix: str = "L") -> str:
+        """The number of elements of ``tensor`` as C (a number with ``suffix``)."""
+        dims = self.shapes[tensor]
+        if all(isinstance(n, int) for n in dims):
+            return f"{int(np.prod(dims, dtype=np.int64))}{suffix}"
+        return " * ".join(f"{n}L" if isinstance(n, int) else f"(long)({n})" for n in dims)
 
     def reduction_pragma(self, op: str, acc: str):
         return f"omp simd reduction({op}:{acc})" if self.vectorize else None
@@ -273,7 +317,7 @@ class CEmitter:
 
     def printer(self, sst, vars: dict) -> ExprPrinter:
         """An expression printer of ``sst`` at the index values ``vars`` (C text)."""
-        args = (self.scop.shapes, self.scop.env, vars, sst.guarded, self.sites)
+        args = (self.shapes, self.env, vars, sst.guarded, self.sites)
         packed = self.packed.get(sst.name)
         p = ExprPrinter(*args) if packed is None else PackPrinter(packed, *args)
         p.locals = {t: lc.at(sst, vars) for t, lc in self.locals.items() if sst.name in lc.offsets}
@@ -305,9 +349,11 @@ class CEmitter:
             "\n".join(p.declaration() for p in self.packs.values()) + "\n\n" + \
             "\n\n".join(str(h) for h in self.helpers)
         # the same, its arguments in one array (a plan's executor: graph/native.py)
+        nsym = len(self.scop.symbolic)  # a symbolic size: a pointer to its long
+        args = [f"*(const long *)a[{i}]" if i < nsym else f"a[{i}]" for i in range(len(params))]
         argv = (f"\nint {fname}_argv(void *const *a)\n{{\n  return {fname}("
-                f"{', '.join(f'a[{i}]' for i in range(len(params)))});\n}}\n")
+                f"{', '.join(args)});\n}}\n")
         code = helpers + "\n\n" + str(fn) + "\n" + argv + "".join(
-            "\n" + p.prepack(self.scop.shapes, self.scop.env)
+            "\n" + p.prepack(self.shapes, self.env)
             for p in self.packs.values() if p.box is not None and not p.alias)
         return PRELUDE + div_helpers(code) + vector_math(code) + "\n" + code

@@ -39,11 +39,17 @@ class Promotion:
             n = n.for_get_body()
         if not loops:
             return None
+        self.first_row = None  # when set: C that holds iff the tile has a row
         if n.get_type() == T.mark and n.mark_get_id().get_name().startswith("rows:"):
             items = self._rows(n, loops)
         else:
             items = self._items(_children(n))
-        return None if items is None else self.tile(loops, items)
+        code = None if items is None else self.tile(loops, items)
+        if code is not None and self.first_row is not None:
+            # a row count of a symbolic size's remainder (``M % 8``) may be 0: no row
+            # is read then (the first row is computed unguarded)
+            code = [c.If(self.first_row, c.Block(code))]
+        return code
 
     def _rows(self, mark, loops):
         """The rows of a register tile under a ``rows:<depth>:<MR>`` mark, unrolled: the
@@ -55,11 +61,27 @@ class Promotion:
         body = mark.mark_get_node()
         if body.get_type() != isl.ast_node_type.for_:  # one row: isl dropped the loop
             return self._items(_children(body))
-        items = self._items(_children(body.for_get_body()))
+        rows = body.for_get_body()
+        guard = None  # a row count isl tests inside the loop (``M % 6 >= c6 + 1``: the
+        if rows.get_type() == isl.ast_node_type.if_ and not rows.if_has_else_node():
+            guard = isl_expr(rows.if_get_cond())  # partial tile of a symbolic size)
+            rows = rows.if_get_then_node()
+        items = self._items(_children(rows))
         if items is None:
             return None
         it = self.em.for_header(body)[0]
         lo, hi = _const_bounds(body)
+        if lo is not None and guard is not None:
+            if _uses(guard, [self.em.for_header(lp)[0] for lp in loops]):
+                return None
+            # every row; one the test excludes is computed at the first row's index
+            # (in bounds: the tile has a row) and not stored
+            def test(v):
+                return re.sub(rf"\b{it}\b", f"{v}L", guard)
+            self.first_row = test(lo)
+            return [r._replace(at={it: f"{v}L" if v == lo else f"(({test(v)}) ? {v}L : {lo}L)"},
+                               guard=None if v == lo else test(v))
+                    for v in range(lo, hi + 1) for r in items]
         if lo is not None:
             return [r._replace(at={it: f"{v}L"}) for v in range(lo, hi + 1) for r in items]
         init, cond = body.for_get_init(), body.for_get_cond()
@@ -71,6 +93,8 @@ class Promotion:
         iters = [self.em.for_header(lp)[0] for lp in loops]
         if _uses(bound, iters + [it]):
             return None
+        if _uses(bound, self.em.scop.symbolic):
+            self.first_row = f"{lo}L <= {bound}"
         return [r._replace(at={it: f"{v}L" if v == lo else f"PT_MIN({v}L, {bound})"},
                            guard=None if v == lo else f"{v}L <= {bound}")
                 for v in range(lo, lo + count) for r in items]

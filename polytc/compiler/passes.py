@@ -6,14 +6,13 @@ import islpy as isl
 
 from ..diagnostics import UnsupportedError
 from ..lang import program as P
-from ..lang import sizes as S
-from ..lang.ranges import Interval
 from ..poly import fusion as F
 from ..poly import schedule as sched
 from ..poly.handsched import replay
 from ..poly.privatize import shared_pass
 from ..poly.scop import Scop
 from ..tiling.contract import contract
+from ..tiling.extents import statement_points
 from ..tiling.contract import text as contract_text
 from ..tiling.fold import fold
 from ..tiling.gpu import map_schedule, strategy
@@ -28,7 +27,7 @@ def p_source(b: Build) -> Build:
 
 def p_scop(b: Build) -> Build:
     ctx = isl.Context()
-    scop = Scop(b.program, b.env, ctx)
+    scop = Scop(b.program, b.env, ctx, b.options.symbolic)
     return b.stage("scop", str(scop), ctx=ctx, scop=scop)
 
 
@@ -121,7 +120,7 @@ def p_parallel(b: Build) -> Build:
         return b
     from ..machine import threads
 
-    points = sum(statement_points(s, b.env) for s in b.scop.stmts)
+    points = sum(statement_points(s, b.env, b.scop.symbolic) for s in b.scop.stmts)
     s = sched.mark_parallel(current_schedule(b), b.options.parallel_min_points, points,
                             threads(b.options.num_threads))
     return b.but(schedule=s)
@@ -148,7 +147,7 @@ def p_ast(b: Build) -> Build:
     s = current_schedule(b)
     b = b.stage("schedule", sched.schedule_tree_text(s), schedule=s)
     assert b.ctx is not None
-    ast = sched.build_ast(s, b.ctx)
+    ast = sched.build_ast(s, b.scop.context)
     return b.stage("ast", ast.to_C_str(), ast=ast)
 
 
@@ -157,17 +156,3 @@ def p_codegen(b: Build) -> Build:
     return b.backend.generate(b)
 
 
-def statement_points(s, env) -> int:
-    """An upper bound on the number of instances of a statement (for the parallel
-    threshold): the product of its index ranges, triangular ones widened to boxes."""
-    known: dict = {}
-    n = 1
-    for r in s.stmt.ranges:
-        if r.var not in s.vars:
-            continue
-        iv = Interval(known)
-        lo = S.evaluate(iv.lo(r.lo), env)
-        hi = S.evaluate(iv.hi(S.sub(r.hi, S.const(1))), env) + 1
-        known[r.var] = (S.const(lo), S.const(hi))
-        n *= max(0, hi - lo)
-    return n

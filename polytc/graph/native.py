@@ -91,7 +91,14 @@ class Driver:
             if not isinstance(s, Group):  # a view, or a concatenation written in place
                 continue
             ck = plan.kernels[s.name]
-            args = [slot(v) for v in s.inputs + s.outputs]
+            args = []
+            if ck.symbolic:  # its sizes first, each a pointer to a long
+                sizes = np.array(ck._sizes, np.int64)
+                for i in range(len(sizes)):
+                    index[(s.name, "size", i)] = len(index)
+                    fixed.append((len(index) - 1, sizes[i:i + 1]))
+                    args.append(len(index) - 1)
+            args += [slot(v) for v in s.inputs + s.outputs]
             for t in list(ck._new_scratch() if ck.temps else ()) + \
                     plan.prepacked.get(s.name, []):  # and its packed weights
                 index[(s.name, len(args))] = len(index)

@@ -38,7 +38,10 @@ from .group import Group, Join, View, canonical, form_groups
 
 class Plan:
     def __init__(self, graph, shapes: dict, options, fuse: bool = True, target: str = "c",
-                 native: bool = True):
+                 native: bool = True, generaliser=None, generic: dict | None = None):
+        """``generaliser`` (``dynamic.Generaliser``) keeps the model's symbolic input
+        dimensions symbolic in the groups it can; ``generic``: generic text -> its
+        ``Kernel``, shared by the plans of one model (each compiles once)."""
         t0 = time.perf_counter()
         self.target = target
         backend = backends.get(target)
@@ -52,6 +55,8 @@ class Plan:
         groups = [s for s in self.steps if isinstance(s, Group)]
         consts = self.bound.graph.constants
         canon, unique = {}, {}  # group -> its key -> the first group with it
+        self._generaliser, self._generic = generaliser, generic if generic is not None else {}
+        self._values = generaliser.values(shapes) if generaliser is not None else None
         for s in groups:
             self.texts[s.name] = s.text(self.bound.refs)
             # the canonical text, and which of its inputs are weights (packed once)
@@ -106,12 +111,11 @@ class Plan:
         """The kernel of ``group``, whose program is ``text`` (``canonical``) and whose
         inputs at the positions ``weights`` are constants."""
         try:
-            program = check(parse(text, f"<{group.name}>")[0], Source(text, f"<{group.name}>"))
-            program = inline_temporaries(program)
-            if weights:
-                options = options.replace(constants=tuple(
-                    program.inputs[k].name for k in weights))
-            kernel = Kernel(program, options, target=self.target)
+            kernel = self._generic_kernel(text, options, weights)
+            if kernel is None:
+                program = _program(group.name, text)
+                kernel = Kernel(program, _weights(options, program, weights),
+                                target=self.target)
             refs = self.bound.refs
             try:  # arrays only for their shapes: zero strides, no memory
                 args = [np.lib.stride_tricks.as_strided(np.zeros((), refs[v].dtype),
@@ -128,6 +132,26 @@ class Plan:
             return self._failed(group, text, e)
         except PolytcError as e:
             return self._failed(group, text, e)
+
+    def _generic_kernel(self, text: str, options, weights):
+        """The model's kernel of ``text`` with its symbolic dimensions symbolic, shared
+        with its other plans; None when the group has none (``dynamic.py``)."""
+        if self._generaliser is None or not backends.get(self.target).symbolic:
+            return None
+        found = self._generaliser.generic(text, self._values)
+        if found is None:
+            return None
+        gtext, names = found
+        kernel = self._generic.get((gtext, weights))
+        if kernel is None:
+            try:
+                program = _program("group", gtext)
+            except PolytcError:  # a size where TC wants a number: specialised
+                return None
+            kernel = self._generic[(gtext, weights)] = Kernel(
+                program, _weights(options, program, weights), target=self.target,
+                dynamic=names)
+        return kernel
 
     @staticmethod
     def _failed(group: Group, text: str, e: PolytcError):
@@ -340,6 +364,18 @@ class Plan:
                              f"{'/'.join(sorted(s.kinds))}{f', {ms:.0f} ms' if ms else ''}]")
         config.log(2, "\n".join(lines))
         return lines
+
+
+def _program(name: str, text: str):
+    """A group's checked program, its temporaries inlined."""
+    return inline_temporaries(check(parse(text, f"<{name}>")[0], Source(text, f"<{name}>")))
+
+
+def _weights(options, program, weights):
+    """``options`` with the program's inputs at the positions ``weights`` constant."""
+    if not weights:
+        return options
+    return options.replace(constants=tuple(program.inputs[k].name for k in weights))
 
 
 def _reads(step) -> list:

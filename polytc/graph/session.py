@@ -55,6 +55,7 @@ class Session:
                  disable=(), where: str | None = None, native: bool = True):
         from .artefact import imported
         from .bind import check_supported
+        from .dynamic import Generaliser
 
         if target not in TARGETS:
             raise UnsupportedError(f"target '{target}' is not available for models",
@@ -67,6 +68,10 @@ class Session:
         self.options = options or Options()
         self.fuse, self.target, self.native = fuse, target, native
         self._plans: dict = {}
+        #: the symbolic input dimensions kept symbolic in the groups (``dynamic.py``)
+        #: and the generic kernels of the groups, shared by every plan
+        self._generaliser = Generaliser(self.graph)
+        self._generic: dict = {}
         self._seen: dict = {}  # the key of a run (``_array_key``) -> (plan, output names)
         self.timings = {"import+passes": time.perf_counter() - t0}
         if all(self.graph.types[v].static for v in self.graph.inputs if v in self.graph.types):
@@ -118,7 +123,8 @@ class Session:
         if p is None:
             p = self._plans[key] = Plan(self.graph, {v: tuple(shapes[v])
                                                      for v in self.graph.inputs},
-                                        self.options, self.fuse, self.target, self.native)
+                                        self.options, self.fuse, self.target, self.native,
+                                        self._generaliser, self._generic)
         return p
 
     def __repr__(self):

@@ -141,8 +141,10 @@ def _batch_indices(sst) -> int:
     k = 0
     while k < len(idx) - 2 and idx[k] in sst.vars:
         v = sst.vars.index(idx[k])
-        span = hi(v).sub(lo(v))  # not an integer for an empty domain (a size of 0)
-        if not span.is_int() or span.to_python() < 1 or not all(
+        span = hi(v).sub(lo(v))  # not an integer for an empty domain (a size of 0), or
+        many = span.is_int() and span.to_python() >= 1 or (  # for a symbolic size's range
+            not span.is_int() and not sst.domain.is_empty())
+        if not many or not all(
                 idx[-1] in P.index_names(*r.indices) for r in reads
                 if idx[k] in P.index_names(*r.indices)):
             break

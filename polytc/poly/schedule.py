@@ -102,8 +102,7 @@ def relax(scop: Scop, validity: isl.UnionMap) -> isl.UnionMap:
             continue
         dom = isl.UnionSet.from_set(s.domain)
         out = out.subtract(validity.intersect_domain(dom).intersect_range(dom))
-        target = isl.UnionSet.from_set(isl.Set.read_from_str(
-            scop.ctx, "{ " + scop._whole(s.stmt.tensor) + " }"))
+        target = isl.UnionSet.from_set(scop.read_set("{ " + scop._whole(s.stmt.tensor) + " }"))
         mine = s.writes.intersect_range(target)
         for x in scop.stmts:
             if x is s:
@@ -378,11 +377,21 @@ def _first_coincident(node) -> int | None:
         sched = node.band_get_partial_schedule().intersect_domain(node.get_domain())
     except isl.Error:
         return found[0] if found else None
+    varying = []
     for m in found:
         upa = sched.get_union_pw_aff(m)
         lo, hi = upa.min_val(), upa.max_val()
         if not (lo.is_int() and hi.is_int() and lo.eq(hi)):
-            return m
+            varying.append((m, lo, hi))
+    if varying:
+        # a loop whose count depends on a symbolic size (a dynamic batch) may run once:
+        # a later member with a fixed count of several values instead, when there is one
+        m, lo, hi = varying[0]
+        if not (lo.is_int() and hi.is_int()):
+            fixed = [m2 for m2, lo2, hi2 in varying[1:] if lo2.is_int() and hi2.is_int()]
+            if fixed:
+                return fixed[0]
+        return m
     chain = node.n_children() == 1 and \
         node.child(0).get_type() == isl.schedule_node_type.band
     return None if chain or not found else found[0]
@@ -397,10 +406,11 @@ def insert_mark(node, kind: str):
     return node.insert_mark(isl.Id(name, context=node.get_ctx())).child(0)
 
 
-def build_ast(schedule: isl.Schedule, ctx: isl.Context):
-    """The isl AST.  isl names the iterator of schedule dimension ``k`` ``c<k>``, which
-    is how the code generator finds the loop a mark belongs to."""
-    build = isl.AstBuild.from_context(isl.Set.read_from_str(ctx, "{ : }"))
+def build_ast(schedule: isl.Schedule, context: isl.Set):
+    """The isl AST under ``context`` (what the symbolic sizes satisfy, ``Scop.context``).
+    isl names the iterator of schedule dimension ``k`` ``c<k>``, which is how the code
+    generator finds the loop a mark belongs to."""
+    build = isl.AstBuild.from_context(context)
     return build.node_from_schedule(schedule)
 
 

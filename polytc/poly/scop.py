@@ -40,12 +40,29 @@ class ScopStmt:
 class Scop:
     """Domains, accesses and (after ``deps``) dependences of one specialised program."""
 
-    def __init__(self, program: P.Program, env: Mapping, ctx: isl.Context):
+    def __init__(self, program: P.Program, env: Mapping, ctx: isl.Context,
+                 symbolic: tuple = ()):
         self.program = program
-        self.env = env
+        self.env = env  # every size; a symbolic one's value is the hint tiles are sized for
         self.ctx = ctx
+        #: sizes kept as isl parameters (``Options.symbolic``): the code is correct for
+        #: every value of them that satisfies ``context``
+        self.symbolic = tuple(n for n in program.sizes if n in set(symbolic))
+        self._params = f"[{', '.join(self.symbolic)}] -> " if self.symbolic else ""
+        self._fixed = {k: S.const(v) for k, v in env.items() if k not in self.symbolic}
+        #: the numbers at the hint sizes (what cost models and tile sizes look at)
         self.shapes = {t.name: t.extents(env)
                        for t in program.tensors}
+        #: per tensor, its extents as isl/C text (numbers, or expressions of the
+        #: symbolic sizes)
+        self.dims = {t.name: tuple(self._dim(d) for d in t.shape) for t in program.tensors}
+        #: what the code assumes of the symbolic sizes: each at least 1, and every
+        #: tensor's extents at least 0 (checked at each call: ``assumptions``)
+        self.context = self.read_set("{ : " + " and ".join(
+            [f"{n} >= 1" for n in self.symbolic] +
+            [f"{d} >= 0" for ds in self.dims.values() for d in ds
+             if not d.lstrip("-").isdigit()]) + " }") if self.symbolic else \
+            isl.Set.read_from_str(ctx, "{ : }")
         self.stmts: list = []
         for k, st in enumerate(program.statements):
             if st.init:
@@ -63,12 +80,13 @@ class Scop:
         for r in st.ranges:
             if r.var not in iv:
                 continue
-            lo = S.to_isl(_rename(S.substitute(r.lo, _consts(self.env)), iv))
-            hi = S.to_isl(_rename(S.substitute(r.hi, _consts(self.env)), iv))
+            lo = S.to_isl(_rename(S.substitute(r.lo, self._fixed), iv))
+            hi = S.to_isl(_rename(S.substitute(r.hi, self._fixed), iv))
             cons.append(f"{lo} <= {iv[r.var]} < {hi}")
         tup = f"{name}[{', '.join(iv.values())}]"
-        s.domain = isl.Set.read_from_str(
-            self.ctx, "{ " + tup + (" : " + " and ".join(cons) if cons else "") + " }")
+        s.domain = self.read_set(
+            "{ " + tup + (" : " + " and ".join(cons) if cons else "") + " }").intersect_params(
+                self.context)
         target = f"{st.tensor}[{', '.join(iv[v] for v in st.indices)}]"
         s.writes = self._map(tup, target, s.domain)
         self._check_bounds(s.writes, st.tensor, st.span, "writes")
@@ -91,9 +109,30 @@ class Scop:
         s.guarded = frozenset(guarded)
         return s
 
+    def _dim(self, d) -> str:
+        e = S.substitute(d, self._fixed)
+        return str(max(0, e.const)) if S.is_const(e) else S.to_isl(e)
+
+    def read_set(self, text: str) -> isl.Set:
+        """An isl set from ``{ ... }`` text over the symbolic sizes."""
+        return isl.Set.read_from_str(self.ctx, self._params + text)
+
+    def read_map(self, text: str) -> isl.Map:
+        return isl.Map.read_from_str(self.ctx, self._params + text)
+
+    def assumptions(self, env) -> str | None:
+        """What ``env`` (the sizes of a call) breaks of ``context``, or None."""
+        if not self.symbolic:
+            return None
+        pt = self.context
+        for k, n in enumerate(self.symbolic):
+            pt = pt.fix_val(isl.dim_type.param, k, isl.Val.int_from_si(self.ctx, int(env[n])))
+        return None if not pt.is_empty() else \
+            f"the sizes {dict((n, env[n]) for n in self.symbolic)} break {self.context}"
+
     # --- reads and the conditions they are evaluated under --------------------------
     def _true(self, tup):
-        return isl.Set.read_from_str(self.ctx, "{ " + tup + " }")
+        return self.read_set("{ " + tup + " }")
 
     def _reads(self, e, tup, iv, domain, guard, exact):
         """Yield ``(Read, guard)``: ``guard`` is the isl set of points where the read is
@@ -143,19 +182,19 @@ class Scop:
                 text = f"({a}) < ({b}) or ({a}) > ({b})"
             else:
                 text = f"({a}) {op} ({b})"
-            return isl.Set.read_from_str(self.ctx, "{ " + tup + " : " + text + " }")
+            return self.read_set("{ " + tup + " : " + text + " }")
         return None
 
     def _in_bounds(self, access, tensor) -> bool:
-        box = isl.Set.read_from_str(self.ctx, "{ " + self._whole(tensor) + " }")
+        box = self.read_set("{ " + self._whole(tensor) + " }")
         return access.subtract_range(isl.UnionSet.from_set(box)).is_empty()
 
     def _map(self, tup, target, domain) -> isl.UnionMap:
-        m = isl.Map.read_from_str(self.ctx, "{ " + tup + " -> " + target + " }")
+        m = self.read_map("{ " + tup + " -> " + target + " }")
         return isl.UnionMap.from_map(m.intersect_domain(domain))
 
     def _whole(self, tensor):
-        shape = self.shapes[tensor]
+        shape = self.dims[tensor]
         names = [f"a{d}" for d in range(len(shape))]
         cons = " and ".join(f"0 <= {n} < {e}" for n, e in zip(names, shape))
         return f"{tensor}[{', '.join(names)}]" + (f" : {cons}" if cons else "")
@@ -177,7 +216,7 @@ class Scop:
         if isinstance(e, P.Index):
             return iv[e.name]
         if isinstance(e, P.Size):
-            return str(self.env[e.name])
+            return e.name if e.name in self.symbolic else str(self.env[e.name])
         if isinstance(e, P.Convert) and not e.dtype.is_float and not e.value.dtype.is_float \
                 and e.value.dtype.kind != "bool":
             return self.isl_aff(e.value, iv, domain, tup)
@@ -192,39 +231,47 @@ class Scop:
             if e.op in ("+", "-"):
                 return f"({a}) {e.op} ({b})"
             if e.op == "*":  # isl reads "2 * (x0)" but not "(2) * (x0)"
-                if isinstance(e.lhs, (P.Const, P.Size)):
+                if self._number(e.lhs):
                     return f"{int(a)} * ({b})"
-                if isinstance(e.rhs, (P.Const, P.Size)):
+                if self._number(e.rhs):
                     return f"{int(b)} * ({a})"
                 return None
-            if not isinstance(e.rhs, (P.Const, P.Size)) or int(b) <= 0:
+            if not self._number(e.rhs) or int(b) <= 0:
                 return None
             # C's / and % truncate: they agree with isl's floor only for a >= 0
-            neg = isl.Set.read_from_str(self.ctx, "{ " + tup + f" : {a} < 0" + " }")
+            neg = self.read_set("{ " + tup + f" : {a} < 0" + " }")
             if not neg.intersect(domain).is_empty():
                 return None
             return f"floor(({a})/{b})" if e.op == "/" else f"({a}) mod {b}"
         return None
 
+    def _number(self, e) -> bool:
+        """Whether ``e`` is a number here (a constant, a specialised size)."""
+        return isinstance(e, P.Const) or (isinstance(e, P.Size) and e.name not in self.symbolic)
+
     def _check_bounds(self, access: isl.UnionMap, tensor, span, verb):
-        shape = self.shapes[tensor]
+        shape = self.dims[tensor]
         if self._in_bounds(access, tensor):
             return
-        box = isl.Set.read_from_str(self.ctx, "{ " + self._whole(tensor) + " }")
+        box = self.read_set("{ " + self._whole(tensor) + " }")
         bad = access.subtract_range(isl.UnionSet.from_set(box))
         pt = bad.wrap().sample_point()
         vals = [pt.get_coordinate_val(isl.dim_type.set, i).to_python()
                 for i in range(pt.get_space().dim(isl.dim_type.set))]
+        sizes = dict(self.env)
+        for n in self.symbolic:  # the sizes of the point found
+            k = pt.get_space().find_dim_by_name(isl.dim_type.param, n)
+            sizes[n] = pt.get_coordinate_val(isl.dim_type.param, k).to_python()
+        extents = [max(0, S.evaluate(d, sizes)) for d in self.program.tensor(tensor).shape]
         raise OutOfBoundsError(
             f"this {'write' if verb == 'writes' else 'access'} {verb} outside '{tensor}' "
-            f"(shape {list(shape)}) at {tensor}{vals[len(vals) - len(shape):]} for sizes "
-            f"{self.env}", span,
+            f"(shape {extents}) at {tensor}{vals[len(vals) - len(shape):]} for sizes "
+            f"{sizes}", span,
             hint="restrict the index ranges with 'where i in lo:hi' or fix the subscript")
 
     def fully_written(self, tensor: str) -> bool:
         """Whether the statements write every element of ``tensor``."""
-        box = isl.UnionSet.from_set(isl.Set.read_from_str(
-            self.ctx, "{ " + self._whole(tensor) + " }"))
+        box = isl.UnionSet.from_set(self.read_set("{ " + self._whole(tensor) + " }"))
         return box.subtract(self.writes.range()).is_empty()
 
     # --- display -----------------------------------------------------------------
@@ -232,10 +279,6 @@ class Scop:
         lines = ["domain:", f"  {self.domain}", "reads:", f"  {self.reads}",
                  "writes:", f"  {self.writes}"]
         return "\n".join(lines)
-
-
-def _consts(env):
-    return {k: S.const(v) for k, v in env.items()}
 
 
 def _rename(e, iv):

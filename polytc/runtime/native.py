@@ -65,12 +65,11 @@ class CompiledKernel(Specialised):
         # keys the kernel): set per calling thread, libgomp may have read another
         self.threads = threads(options.num_threads)
         self.align_inputs = tuple(meta.get("align_inputs", ()))
-        self._allocs = [(allocator(s, d, f), s, d) for s, d, f in
-                        zip(self.out_shapes, self.out_dtypes, self.out_fill)]
-        local = set(meta.get("local_temps", ()))  # kept by the kernel itself
-        self.temps = [(t.extents(env), t.dtype.np_dtype) for t in program.temporaries
-                      if t.name not in local]
-        self._scratch: list = []  # free sets of temporaries, reused across calls
+        self._local = set(meta.get("local_temps", ()))  # kept by the kernel itself
+        #: the sizes the code takes as arguments (``Options.symbolic``), in order
+        self.symbolic = tuple(meta.get("symbolic", ()))
+        self._sizes: tuple = ()  # their values (``at``)
+        self._shaped(env)
         self._copies: list = []  # free sets of aligned input buffers, likewise
         #: (input position, elements, function) per operand the kernel reads packed
         #: once, before it runs (``Options.constants``): ``prepack``
@@ -79,10 +78,47 @@ class CompiledKernel(Specialised):
         self._lib = Library(lib_path)
         nargs = len(program.inputs) + len(program.outputs) + len(self.temps) + \
             len(self.prepacked)
-        self._fn = self._lib.function("polytc_kernel", nargs)
+        self._fn = self._lib.function("polytc_kernel", ", ".join(
+            ["long"] * len(self.symbolic) + ["void *"] * nargs) or "void")
         #: the same, its arguments in one array (the plan's executor, graph/native.py)
         self._argv = self._lib.function("polytc_kernel_argv", 1)
         self._buf = ffi.from_buffer
+
+    def _shaped(self, env) -> None:
+        """The outputs' and temporaries' shapes at the sizes ``env``."""
+        program = self.program
+        self.out_shapes = [t.extents(env) for t in program.outputs]
+        self._allocs = [(allocator(s, d, f), s, d) for s, d, f in
+                        zip(self.out_shapes, self.out_dtypes, self.out_fill)]
+        self.temps = [(t.extents(env), t.dtype.np_dtype) for t in program.temporaries
+                      if t.name not in self._local]
+        self._scratch: list = []  # free sets of temporaries, reused across calls
+
+    def serves(self, env) -> bool:
+        """Whether the code is made for the sizes ``env``: the values of its symbolic
+        sizes satisfy its assumptions (each at least 1, no tensor extent below 0; see
+        ``poly.scop.Scop.context``), the other sizes are its own."""
+        from ..lang import sizes as S
+
+        if any(env[n] != v for n, v in self.env.items() if n not in self.symbolic):
+            return False
+        return all(env[n] >= 1 for n in self.symbolic) and all(
+            S.evaluate(d, env) >= 0 for t in self.program.tensors for d in t.shape)
+
+    def at(self, env) -> "CompiledKernel":
+        """This kernel (compiled with symbolic sizes) for the sizes ``env`` of a call
+        that it ``serves``: a view sharing the shared object, with its own output
+        shapes, temporaries and size arguments."""
+        if not self.symbolic:
+            return self
+        import copy
+
+        view = copy.copy(self)
+        view.env = dict(env)
+        view._sizes = tuple(int(env[n]) for n in self.symbolic)
+        view._copies = []
+        view._shaped(env)
+        return view
 
     # --- introspection -------------------------------------------------------------
     @property
@@ -153,7 +189,7 @@ class CompiledKernel(Specialised):
         buf = self._buf
         set_threads(self.threads)
         if not self.temps:
-            rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
+            rc = self._fn(*self._sizes, *[buf(a) for a in inputs], *[buf(o) for o in outs],
                           *[buf(p) for p in packed])
         else:
             try:  # list.pop/append are atomic: the pool is safe when threads share a kernel
@@ -161,8 +197,9 @@ class CompiledKernel(Specialised):
             except IndexError:
                 scratch = self._new_scratch()
             try:
-                rc = self._fn(*[buf(a) for a in inputs], *[buf(o) for o in outs],
-                              *[buf(t) for t in scratch], *[buf(p) for p in packed])
+                rc = self._fn(*self._sizes, *[buf(a) for a in inputs],
+                              *[buf(o) for o in outs], *[buf(t) for t in scratch],
+                              *[buf(p) for p in packed])
             finally:
                 self._scratch.append(scratch)
         if rc:
@@ -182,7 +219,8 @@ class CompiledKernel(Specialised):
         inputs = [a if i not in self.align_inputs or is_aligned(a) else aligned_copy(a)
                   for i, a in enumerate(A.as_arrays(self.program, args))]
         outs = [aligned_zeros(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
-        ptrs = [self._buf(a) for a in inputs] + [self._buf(o) for o in outs] + \
+        ptrs = list(self._sizes) + [self._buf(a) for a in inputs] + \
+            [self._buf(o) for o in outs] + \
             [self._buf(t) for t in self._new_scratch()] + \
             [self._buf(p) for p in self.prepack(inputs)]
         set_threads(self.threads)

@@ -120,6 +120,17 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
     return Sizes((ti, tj, tk), (mr, nr))
 
 
+def generic_rows(mr: int, nr: int, tk: int, ext_j: int, itemsize: int, m: Machine) -> tuple:
+    """``(Ti, Tj)`` of a contraction whose rows are symbolic (a dynamic batch): up to 16
+    register tiles of rows whose ``Ti x Tk`` block stays in half of L2, whatever the
+    number of rows, and the ``j`` tiles shared by the cores (up to 8 panels each), so
+    that a single row keeps every core busy (rows shared would leave all but one idle
+    below ``Ti`` rows)."""
+    ti = mr * max(1, min(16, (m.l2 // 2) // (itemsize * tk * mr)))
+    tj = min(8 * nr, _round_up(-(-ext_j // m.cores), nr))
+    return ti, max(nr, tj)
+
+
 def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
                    cores: int, rest: int = 1, itemsize: int = 4, l2: int = 0) -> Sizes:
     """Sizes for a register tile whose lanes run over a strided index of the result (see

@@ -21,13 +21,12 @@ import math
 import islpy as isl
 
 from ..lang import program as P
-from ..lang import sizes as S
-from ..lang.ranges import Interval
 from ..poly import transform as T
 from .decisions import Decision
 from .pack import outer_indices, pack, streamed, unit_stride, vector_operand
 from ..machine import Machine
-from .sizes import Sizes, _round_up, _strided_sizes, choose_sizes
+from . import extents as X
+from .sizes import Sizes, _round_up, _strided_sizes, choose_sizes, generic_rows
 
 
 class Tiler:
@@ -44,15 +43,10 @@ class Tiler:
 
     # --- facts about statements ------------------------------------------------------
     def extent(self, sst, d) -> int:
-        known = {}
-        for r in sst.stmt.ranges:
-            iv = Interval(known)
-            lo = S.evaluate(iv.lo(r.lo), self.scop.env)
-            hi = S.evaluate(iv.hi(S.sub(r.hi, S.const(1))), self.scop.env) + 1
-            known[r.var] = (S.const(lo), S.const(hi))
-        v = sst.vars[d]
-        lo, hi = known[v]
-        return hi.const - lo.const
+        return X.extent(sst, sst.vars[d], self.scop.env, self.scop.symbolic)
+
+    def symbolic(self, sst, d) -> bool:
+        return X.symbolic(sst, sst.vars[d], self.scop.symbolic)
 
     def target_var(self, sst, pos_from_end=1):
         st = sst.stmt
@@ -233,10 +227,10 @@ class Tiler:
             the smallest stride first (image columns before rows, rows before images:
             lanes over 512 channels at batch 64 59 -> 34 ms, at batch 1 0.44 -> 0.37
             ms over 256 channels), then the largest first."""
-            def key(m):
+            def key(m):  # (not a symbolic size, which may be 1: a dynamic batch)
                 far = broadcast(m, j)
                 ext = self.extent(sst, vars_[m])
-                return (far is None, ext < 4, far or 0, -ext)
+                return (far is None, self.symbolic(sst, vars_[m]), ext < 4, far or 0, -ext)
             return sorted((m for m in par if m != j and any(not uses(r, m) for r in reads)),
                           key=key)
 
@@ -318,7 +312,8 @@ class Tiler:
             # one over 13 x 13 pixels: SqueezeNet's 512 -> 1000 classifier 0.69 ->
             # 0.47 ms, once partial tiles ran in micro-kernels)
             wide = sorted((m for m in par if m != j and sst.vars[vars_[m]] in
-                           sst.stmt.indices and self.extent(sst, vars_[m]) >= 2 * lanes
+                           sst.stmt.indices and not self.symbolic(sst, vars_[m]) and
+                           self.extent(sst, vars_[m]) >= 2 * lanes
                            and (strided_window or self.extent(sst, vars_[m]) > narrow)),
                           key=lambda m: -self.extent(sst, vars_[m]))
             for m in wide:
@@ -340,8 +335,8 @@ class Tiler:
         # outer loops running indices of the statement) that keeps the cores busy
         work = 1
         for v in [vars_[m] for m in outer] + list((outer_indices(node, sst, vars_) or {})):
-            work *= max(1, self.extent(sst, v))
-        cores = 1 if work >= 4 * self.machine.cores else None
+            work *= 0 if self.symbolic(sst, v) else max(1, self.extent(sst, v))
+        cores = 1 if work >= 4 * self.machine.cores else None  # (a symbolic batch may be 1)
         order = outer + lead + [j] + red
         node = T.permute(node, order)
         ext = [self.extent(sst, vars_[m]) for m in order]
@@ -370,6 +365,11 @@ class Tiler:
             sz = Sizes(sz.cache, tuple(self.options.register_tile))
         mr, nr = sz.register
         ti, tj, tk = sz.cache
+        sym = [self.symbolic(sst, vars_[m]) for m in order]
+        if lead and sym[len(outer)] and not sym[p_red - 1] and not self.options.tile:
+            # symbolic rows (a dynamic batch): tiles that do not depend on their number,
+            # and the cores share the j tiles, so that one row keeps them busy too
+            ti, tj = generic_rows(mr, nr, tk, ext[p_red - 1], itemsize, self.machine)
         tj = _round_up(tj, nr)
         if operand is None:  # packed: Ti divides i evenly (full cache tiles, one loop)
             ti = _round_up(ti, mr)
@@ -381,7 +381,7 @@ class Tiler:
                 for k, m in enumerate(outer)]
         cache = keep + ([ti] if lead else []) + [tj] + [
             tk if r == k_big else ext[p_red + r] for r in range(len(red))]
-        cache = [min(c, e) if e > 0 else c for c, e in zip(cache, ext)]
+        cache = [min(c, e) if e > 0 and not y else c for c, e, y in zip(cache, ext, sym)]
         if operand is not None and ext[p_red - 1] < nr:
             operand = None  # narrower than one panel: nothing to gain
         if operand is not None:  # whole panels: a partial one is padded, not cut

@@ -90,18 +90,21 @@ def _matmul(ctx):
     n = i[-1] if b.rank > 1 else None
     ra = [m, "r0"] if a.rank > 1 else ["r0"]
     rb = ["r0", n] if b.rank > 1 else ["r0"]
-    ra = _batch_read(a, bi, ra)
-    rb = _batch_read(b, bi, rb)
+    ra = _batch_read(a, bi, ra, batch)
+    rb = _batch_read(b, bi, rb, batch)
     ctx.result.kind = "contraction"
     _contract(ctx, y, i, [(a, ra), (b, rb)], {"r0": (0, sa[-1])})
 
 
-def _batch_read(ref, batch_idx, tail):
-    """Subscripts of ``ref``: its batch dimensions broadcast against ``batch_idx``
-    (right-aligned), then ``tail``."""
+def _batch_read(ref, batch_idx, tail, batch):
+    """Subscripts of ``ref``: its batch dimensions broadcast against ``batch_idx`` over
+    the result's ``batch`` (right-aligned), then ``tail``.  A dimension of 1 that the
+    result has too reads its index, not 0: the program is then the same at every size of
+    it (a dynamic batch of 1, ``graph/dynamic.py``)."""
     nb = ref.rank - len(tail)
     lead = batch_idx[len(batch_idx) - nb:] if nb else []
-    lead = [0 if d == 1 else v for v, d in zip(lead, ref.shape[:nb])]
+    full = batch[len(batch) - nb:] if nb else ()
+    lead = [0 if d == 1 and f != 1 else v for v, d, f in zip(lead, ref.shape[:nb], full)]
     return lead + list(tail)
 
 

@@ -1,0 +1,45 @@
+"""How many iterations the indices of a statement run at the sizes of a build: what the
+cost models (tile sizes, the parallel threshold) count with.  A range that depends on a
+symbolic size (``Options.symbolic``) counts at least ``GENERIC`` iterations: its code
+serves every size, so its tiles and parallel loops are made for large ones."""
+from __future__ import annotations
+
+from ..lang import sizes as S
+from ..lang.ranges import Interval
+
+#: the iterations the cost model assumes for a loop over a symbolic size
+GENERIC = 256
+
+
+def bounds(sst, env) -> dict:
+    """Index name -> ``(lo, hi)`` (numbers, ``hi`` exclusive) of the statement's ranges
+    at ``env``; a triangular range widened to its box."""
+    known: dict = {}
+    for r in sst.stmt.ranges:
+        iv = Interval(known)
+        lo = S.evaluate(iv.lo(r.lo), env)
+        hi = S.evaluate(iv.hi(S.sub(r.hi, S.const(1))), env) + 1
+        known[r.var] = (S.const(lo), S.const(hi))
+    return {v: (lo.const, hi.const) for v, (lo, hi) in known.items()}
+
+
+def symbolic(sst, var: str, names) -> bool:
+    """Whether the range of ``var`` in ``sst`` depends on one of the sizes ``names``."""
+    r = next((r for r in sst.stmt.ranges if r.var == var), None)
+    return r is not None and bool((S.names(r.lo) | S.names(r.hi)) & set(names))
+
+
+def extent(sst, var: str, env, names=()) -> int:
+    """The iterations of ``var`` (at least ``GENERIC`` when symbolic in ``names``)."""
+    lo, hi = bounds(sst, env)[var]
+    return max(hi - lo, GENERIC) if symbolic(sst, var, names) else hi - lo
+
+
+def statement_points(s, env, names=()) -> int:
+    """An upper bound on the number of instances of a statement (for the parallel
+    threshold): the product of its index ranges, triangular ones widened to boxes."""
+    n = 1
+    for v in s.vars:
+        if any(r.var == v for r in s.stmt.ranges):
+            n *= max(0, extent(s, v, env, names))
+    return n

@@ -1,0 +1,176 @@
+"""Symbolic sizes: one compiled kernel serves every value of a dynamic dimension
+(``polytc.tc(..., dynamic=...)``, ``Options.symbolic``; docs/dynamic.md).
+
+Every generic kernel is compared with numpy (or the reference interpreter) at many sizes,
+smaller and larger than the size it was compiled at, non-multiples of every tile, and the
+tests check that those calls compile nothing."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polytc
+from polytc.compiler import pipeline
+from polytc.lang import reference
+
+from .kernels_small import MATMUL, SOFTMAX, np_softmax
+
+RNG = np.random.default_rng(7)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture
+def no_compile(monkeypatch):
+    """Calling ``no_compile()`` makes every later run of the pipeline fail the test."""
+    def forbid():
+        def run(*a, **k):
+            raise AssertionError("a call at a new size compiled")
+        monkeypatch.setattr(pipeline, "run", run)
+    return forbid
+
+
+@pytest.mark.parametrize("dynamic,sizes", [
+    (("M",), [(64, 96, 80), (1, 96, 80), (7, 96, 80), (200, 96, 80), (97, 96, 80)]),
+    (("N",), [(20, 40, 64), (20, 40, 1), (20, 40, 17), (20, 40, 300)]),
+    (("K",), [(20, 64, 30), (20, 1, 30), (20, 129, 30), (20, 700, 30)]),
+    (("K", "M", "N"), [(16, 16, 16), (1, 1, 1), (3, 300, 5), (130, 7, 66), (9, 64, 257)]),
+])
+def test_matmul_serves_every_size_of_its_symbolic_dims(dynamic, sizes, no_compile):
+    mm = polytc.tc(MATMUL, dynamic=dynamic)
+    for k, (m, kk, n) in enumerate(sizes):
+        A, B = f32(m, kk), f32(kk, n)
+        C = mm(A, B)
+        np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4 * kk)
+        if k == 0:
+            ck = mm.specialize(A, B)
+            assert ck.options.symbolic == tuple(sorted(dynamic))
+            assert ck.symbolic == tuple(n for n in ("M", "K", "N") if n in dynamic)
+            no_compile()  # every later size: the same kernel
+
+
+def test_auto_policy_keeps_a_size_symbolic_once_it_varied(no_compile):
+    mm = polytc.tc(MATMUL)  # dynamic="auto"
+    A, B = f32(24, 32), f32(32, 48)
+    assert mm.specialize(A, B).symbolic == ()  # one size seen: specialised
+    A2 = f32(40, 32)
+    np.testing.assert_allclose(mm(A2, B), A2 @ B, rtol=1e-4, atol=1e-3)
+    assert mm.specialize(A2, B).symbolic == ("M",)
+    no_compile()
+    for m in (1, 5, 33, 100):
+        A3 = f32(m, 32)
+        np.testing.assert_allclose(mm(A3, B), A3 @ B, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-4, atol=1e-3)  # the first size
+
+
+def test_no_policy_specialises_every_size():
+    mm = polytc.tc(MATMUL, dynamic=())
+    for m in (3, 4):
+        A, B = f32(m, 8), f32(8, 16)
+        np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-5, atol=1e-5)
+        assert mm.specialize(A, B).symbolic == ()
+
+
+def test_generic_code_reads_its_sizes():
+    mm = polytc.tc(MATMUL, dynamic=("M",))
+    ck = mm.specialize(f32(50, 64), f32(64, 64))
+    assert "int polytc_kernel( long M," in ck.code
+    assert "M" in ck.stages["scop"] and "[M] ->" in ck.stages["scop"]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 77, 300])
+def test_row_programs_with_symbolic_rows(rows, no_compile):
+    sm = polytc.tc(SOFTMAX, dynamic=("N",))
+    X = f32(rows, 129)
+    np.testing.assert_allclose(sm(X), np_softmax(X), rtol=1e-5, atol=1e-6)
+
+
+LAYERNORM = """
+def layernorm(float(N,D) X, float(D) g, float(D) b) -> (Y) {
+    mu(n) +=! X(n, d) / float(D)
+    var(n) +=! (X(n, d) - mu(n)) * (X(n, d) - mu(n)) / float(D)
+    Y(n, d) = (X(n, d) - mu(n)) * rsqrt(var(n) + 1e-5) * g(d) + b(d)
+}"""
+
+CONV1D = """
+def conv1d(float(C,W) I, float(F,C,K) Wt) -> (O) {
+    O(f, x) +=! I(c, x + k) * Wt(f, c, k) where x in 0:W-K+1
+}"""
+
+POOL = """
+def pool(float(N,C,H,W) X) -> (Y) {
+    Y(n, c, h, w) max=! X(n, c, 2 * h + kh, 2 * w + kw)
+        where kh in 0:2, kw in 0:2, h in 0:H/2, w in 0:W/2
+}"""
+
+
+@pytest.mark.parametrize("src,dynamic,shape_sets", [
+    (LAYERNORM, ("D",), [[(6, 64), (64,), (64,)], [(6, 3), (3,), (3,)],
+                         [(6, 200), (200,), (200,)]]),
+    (LAYERNORM, ("N", "D"), [[(5, 33), (33,), (33,)], [(1, 1), (1,), (1,)],
+                             [(70, 20), (20,), (20,)]]),
+    (CONV1D, ("W",), [[(4, 40), (8, 4, 3)], [(4, 3), (8, 4, 3)], [(4, 101), (8, 4, 3)]]),
+    (CONV1D, ("C", "F", "W"), [[(4, 40), (8, 4, 3)], [(1, 5), (1, 1, 3)], [(9, 64), (33, 9, 3)]]),
+    (POOL, ("N", "H", "W"), [[(2, 3, 8, 8), ], [(1, 3, 5, 7), ], [(5, 3, 30, 17), ]]),
+])
+def test_generic_kernels_against_the_reference(src, dynamic, shape_sets, no_compile):
+    k = polytc.tc(src, dynamic=dynamic)
+    for n, shapes in enumerate(shape_sets):
+        args = [f32(*s) for s in shapes]
+        got = k(*args)
+        want = reference.run(k.program, args)[k.program.outputs[0].name]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        if n == 0:
+            no_compile()
+
+
+def test_sizes_the_generic_code_does_not_serve_are_specialised():
+    """An extent that would be negative (W < K) or a size of 0: a specialised kernel."""
+    k = polytc.tc(CONV1D, dynamic=("W",))
+    I, Wt = f32(4, 20), f32(8, 4, 3)
+    k(I, Wt)
+    empty = f32(4, 2)  # W - K + 1 = 0 outputs: served
+    assert k(empty, Wt).shape == (8, 0)
+    assert k.specialize(empty, Wt).symbolic == ("W",)
+    small = f32(4, 1)  # W - K + 1 < 0: not served
+    assert k(small, Wt).shape == (8, 0)
+    assert k.specialize(small, Wt).symbolic == ()
+    mm = polytc.tc(MATMUL, dynamic=("M",))
+    assert mm(f32(0, 8), f32(8, 4)).shape == (0, 4)
+
+
+def test_python_front_end_takes_the_policy(no_compile):
+    @polytc.kernel(dynamic=("B",))
+    def scale(X: "float(B,16)", s: "float(16)"):  # noqa: F821
+        Y[b, j] = X[b, j] * s[j]  # noqa: F821
+        return Y  # noqa: F821
+
+    s = f32(16)
+    for n, rows in enumerate((4, 1, 50)):
+        X = f32(rows, 16)
+        np.testing.assert_allclose(scale(X, s), X * s, rtol=1e-6)
+        if n == 0:
+            no_compile()
+
+
+def test_unknown_size_names_are_errors():
+    with pytest.raises(polytc.PolytcError, match="'Q' is not a size of matmul"):
+        polytc.tc(MATMUL, dynamic=("Q",))
+    with pytest.raises(polytc.PolytcError, match="'Z' is not a size"):
+        polytc.tc(MATMUL, options=polytc.Options(symbolic=("Z",)))
+    with pytest.raises(polytc.PolytcError, match="symbolic must be a sequence of size names"):
+        polytc.Options(symbolic="M")
+
+
+def test_out_of_bounds_is_found_for_every_size():
+    """An access that leaves its tensor for some value of a symbolic size is rejected
+    when the generic kernel is built, with a point that shows it."""
+    src = """
+def shift(float(N) X) -> (Y) {
+    Y(i) = X(i + 1) where i in 0:N
+}"""
+    k = polytc.tc(src, dynamic=("N",))
+    with pytest.raises(polytc.PolytcError, match="outside 'X'"):
+        k(f32(8))
