@@ -26,6 +26,8 @@ from .runtime import tuning
 from .runtime.compiled import Specialised
 
 _KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()  # for clear_cache()
+#: the most sizes the "auto" policy keeps symbolic (more varied: every size specialised)
+AUTO_MOST = 2
 
 
 def clear_cache(disk: bool = True) -> int:
@@ -169,9 +171,10 @@ class Kernel:
         symbolic = self._symbolic(env)
         if symbolic and all(env[n] >= 1 for n in symbolic):
             ck = self._generic(env, symbolic)
-            if ck.serves(env):
+            if ck is not None and ck.serves(env):
                 return ck.at(env)
-            # sizes the generic code does not serve (a size of 0): specialised
+            # sizes the generic code does not serve (a size of 0), or no generic code
+            # (an access in bounds only for some sizes: A(1) of float(M) A): specialised
         ck = self._sized[tuple(env.items())] = self._specialised(env)
         return ck
 
@@ -193,17 +196,24 @@ class Kernel:
             for n, v in env.items():
                 if self._first.setdefault(n, v) != v:
                     self._varied.add(n)
-            chosen = self._varied
+            # a batch, a sequence length: sizes that all vary (a convolution called at
+            # unrelated shapes) make code of every partial tile of each, seconds of isl
+            # and gcc: specialised then
+            chosen = self._varied if len(self._varied) <= AUTO_MOST else set()
         else:
             chosen = set(self.dynamic)
         return tuple(sorted((chosen | set(self.options.symbolic)) & set(env)))
 
-    def _generic(self, env, symbolic) -> Specialised:
+    def _generic(self, env, symbolic) -> Specialised | None:
         """The kernel symbolic in ``symbolic`` for the other sizes of ``env`` (compiled
         once, at hint sizes: each value rounded up to a power of two, so that nearby
-        first calls share a disk-cache entry)."""
+        first calls share a disk-cache entry); None when the program has none."""
+        from .poly.scop import OutOfBoundsError
+
         fixed = tuple(sorted((k, v) for k, v in env.items() if k not in symbolic))
         ck = self._generic_kernels.get((symbolic, fixed))
+        if ck is False:
+            return None
         if ck is None:
             hint = dict(env)
             for n in symbolic:
@@ -214,8 +224,12 @@ class Kernel:
             if not self._explicit:
                 options = tuning.lookup(self.program, hint, target=self.target) or options
                 options = options.replace(symbolic=symbolic)
-            ck = self._generic_kernels[(symbolic, fixed)] = self.backend.compiled(
-                self.program, hint, options, str(self.program))
+            try:
+                ck = self.backend.compiled(self.program, hint, options, str(self.program))
+            except OutOfBoundsError:  # in bounds only at some sizes
+                self._generic_kernels[(symbolic, fixed)] = False
+                return None
+            self._generic_kernels[(symbolic, fixed)] = ck
         return ck
 
 

@@ -1,6 +1,7 @@
-"""The differential fuzzer: random programs on every target available here (``c``;
-``opencl`` with pocl; ``cuda`` with a GPU) against each other and the numpy reference
-interpreter (``polytc.lang.reference``, the language's definition).
+"""The differential fuzzer: random programs on every target available here (``c``, and
+``c`` with every size symbolic; ``opencl`` with pocl; ``cuda`` with a GPU) against each
+other and the numpy reference interpreter (``polytc.lang.reference``, the language's
+definition).
 
 A case is a program from ``progen.programs(full=True)`` (every assignment operator with
 and without ``!``, updates of earlier tensors, several outputs, affine and constant
@@ -129,9 +130,11 @@ def check(case: dict) -> list:
     given = copies()
     kind, expected = _attempt(lambda: reference.run(program, inputs, given))
     problems = []
-    for target in TARGETS:
-        k = polytc.tc(case["src"], target=target,
-                      options=_options(case["options"].get(target, {})))
+    # and the C kernel with every size symbolic (one kernel for all sizes: dynamic.md)
+    for target in TARGETS + ["c/symbolic"] * ("c" in TARGETS):
+        k = polytc.tc(case["src"], target=target.split("/")[0],
+                      options=_options(case["options"].get(target.split("/")[0], {})),
+                      dynamic=program.sizes if target == "c/symbolic" else "auto")
         mine = copies()
         args = {} if mine is None else {
             "out": tuple(mine[n] for n in names) if len(names) > 1 else mine[names[0]]}

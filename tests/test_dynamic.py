@@ -65,6 +65,14 @@ def test_auto_policy_keeps_a_size_symbolic_once_it_varied(no_compile):
     np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-4, atol=1e-3)  # the first size
 
 
+def test_auto_policy_specialises_kernels_whose_every_size_varies():
+    mm = polytc.tc(MATMUL)
+    for m, k, n in ((4, 8, 16), (5, 9, 17), (6, 10, 18)):
+        A, B = f32(m, k), f32(k, n)
+        np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-5, atol=1e-5)
+        assert mm.specialize(A, B).symbolic == ()
+
+
 def test_no_policy_specialises_every_size():
     mm = polytc.tc(MATMUL, dynamic=())
     for m in (3, 4):

@@ -40,16 +40,38 @@ class Promotion:
         if not loops:
             return None
         self.first_row = None  # when set: C that holds iff the tile has a row
+        self.counts: list = []  # (C test, rows) per row count of a symbolic remainder
         if n.get_type() == T.mark and n.mark_get_id().get_name().startswith("rows:"):
             items = self._rows(n, loops)
         else:
             items = self._items(_children(n))
-        code = None if items is None else self.tile(loops, items)
+        code = None if items is None else self._by_count(loops) or self.tile(loops, items)
         if code is not None and self.first_row is not None:
             # a row count of a symbolic size's remainder (``M % 8``) may be 0: no row
             # is read then (the first row is computed unguarded)
             code = [c.If(self.first_row, c.Block(code))]
         return code
+
+    def _by_count(self, loops):
+        """The tile once per row count of a symbolic remainder (``M % 6`` rows: 1 to 5),
+        each with exactly its rows, chosen at run time; None when a count's tile is not a
+        micro-kernel (then one tile computes every row, storing only the valid ones)."""
+        if not self.counts:
+            return None
+        code = None
+        for test, rows in reversed(self.counts):
+            tile = micro_kernel(self.em, loops, rows)
+            if tile is None:
+                return None
+            code = tile if code is None else [c.If(test, c.Block(tile), c.Block(code))]
+        return code
+
+    def _counted(self, items, it, lo: int, tests: list) -> None:
+        """``counts`` for rows ``lo``, ``lo + 1``, ...: ``tests[k]`` holds when there are
+        exactly ``k + 1`` rows (the last count: otherwise)."""
+        if self.em.scop.symbolic:
+            self.counts = [(t, [r._replace(at={it: f"{v}L"}) for v in range(lo, lo + k + 1)
+                                for r in items]) for k, t in enumerate(tests)]
 
     def _rows(self, mark, loops):
         """The rows of a register tile under a ``rows:<depth>:<MR>`` mark, unrolled: the
@@ -79,6 +101,8 @@ class Promotion:
             def test(v):
                 return re.sub(rf"\b{it}\b", f"{v}L", guard)
             self.first_row = test(lo)
+            self._counted(items, it, lo, [f"!({test(v)})" for v in range(lo + 1, hi + 1)] +
+                          ["1"])
             return [r._replace(at={it: f"{v}L" if v == lo else f"(({test(v)}) ? {v}L : {lo}L)"},
                                guard=None if v == lo else test(v))
                     for v in range(lo, hi + 1) for r in items]
@@ -95,6 +119,8 @@ class Promotion:
             return None
         if _uses(bound, self.em.scop.symbolic):
             self.first_row = f"{lo}L <= {bound}"
+            self._counted(items, it, lo, [f"({bound}) == {v}L" for v in range(lo, lo + count - 1)]
+                          + ["1"])
         return [r._replace(at={it: f"{v}L" if v == lo else f"PT_MIN({v}L, {bound})"},
                            guard=None if v == lo else f"{v}L <= {bound}")
                 for v in range(lo, lo + count) for r in items]

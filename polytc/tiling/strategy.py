@@ -379,8 +379,9 @@ class Tiler:
         keep = [1 if operand is None or
                 sst.vars[vars_[m]] in P.index_names(*operand.indices) else ext[k]
                 for k, m in enumerate(outer)]
-        cache = keep + ([ti] if lead else []) + [tj] + [
-            tk if r == k_big else ext[p_red + r] for r in range(len(red))]
+        cache = keep + ([ti] if lead else []) + [tj] + [  # (a symbolic reduction besides
+            tk if r == k_big else 1 if sym[p_red + r] else ext[p_red + r]  # k's: one at a
+            for r in range(len(red))]  # time, the panels stay Tk deep)
         cache = [min(c, e) if e > 0 and not y else c for c, e, y in zip(cache, ext, sym)]
         if operand is not None and ext[p_red - 1] < nr:
             operand = None  # narrower than one panel: nothing to gain
