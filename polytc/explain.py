@@ -1,7 +1,8 @@
 """``kernel.explain(*inputs)``: what the compiler decided for these sizes, and why.
 
-Four topics, each a list of ``Fact``s (a sentence and the isl fact behind it):
+Six topics, each a list of ``Fact``s (a sentence and the isl fact behind it):
 
+* **sizes**: which sizes stay symbolic (none: the code is specialised to the sizes);
 * **fusion**: which statements share a loop nest (and with which shifts), and for two
   consecutive nests why they stay apart: the tiler split them, the strategy never fuses,
   no dependence links them, or what fusing them would do, found by trying it on the
@@ -9,6 +10,7 @@ Four topics, each a list of ``Fact``s (a sentence and the isl fact behind it):
 * **parallel**: every loop, parallel or not, with the dependence it carries;
 * **tiling**: the tiler's decisions and where the sizes came from (user, tuning cache,
   cost model);
+* **memory**: the temporaries kept per parallel iteration instead of in memory;
 * **vectorize**: the loops marked ``simd``/promoted, and the loops gcc reports vectorised.
 
 The facts are recomputed by running the pipeline (no C compiler), so they describe the
@@ -24,7 +26,7 @@ import islpy as isl
 
 from .codegen_c.compiler import vectorizer_report
 from .compiler import pipeline
-from .tiling.extents import statement_points
+from .tiling.extents import GENERIC, statement_points
 from .diagnostics import ScheduleError
 from .poly import handsched as H
 from .poly import legality as L
@@ -34,7 +36,7 @@ from .poly.schedule import has_contraction, strided_reduction
 from .machine import host
 from .poly.transform import statements_below
 
-TOPICS = ("fusion", "parallel", "tiling", "memory", "vectorize")
+TOPICS = ("sizes", "fusion", "parallel", "tiling", "memory", "vectorize")
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,23 @@ def explain(program, env: dict, options, source: str = "the cost model",
             vectorizer: bool = True) -> Explanation:
     with pipeline.LOCK:  # the facts read the build's isl objects
         b = pipeline.run(program, env, options)
-        facts = _Explainer(b, source).facts()
+        facts = _sizes(b) + _Explainer(b, source).facts()
     facts += _code_facts(b.code)
     if vectorizer:
         facts += _gcc(b.code)
     return Explanation(program.name, env, facts)
+
+
+def _sizes(b) -> list:
+    """Which sizes the code keeps symbolic (``Options.symbolic``, docs/dynamic.md)."""
+    sym = b.scop.symbolic
+    if not sym:  # specialised to the sizes of the header
+        return []
+    return [Fact("sizes", f"{', '.join(sym)} {'is' if len(sym) == 1 else 'are'} symbolic: "
+                 f"one kernel serves every value (at least 1, and no tensor extent below "
+                 f"0); its tiles are made for loops of at least {GENERIC} iterations, full "
+                 "tiles isolated from the partial last one; this explanation is at "
+                 f"{', '.join(f'{n}={b.env[n]}' for n in sym)}.", str(b.scop.context))]
 
 
 def _code_facts(code: str) -> list:

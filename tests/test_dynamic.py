@@ -182,3 +182,11 @@ def shift(float(N) X) -> (Y) {
     k = polytc.tc(src, dynamic=("N",))
     with pytest.raises(polytc.PolytcError, match="outside 'X'"):
         k(f32(8))
+
+
+def test_explain_says_which_sizes_are_symbolic():
+    mm = polytc.tc(MATMUL, dynamic=("M",))
+    A, B = f32(40, 32), f32(32, 48)
+    facts = mm.explain(A, B, vectorizer=False).about("sizes")
+    assert any("M is symbolic: one kernel serves every value" in f for f in facts), facts
+    assert not polytc.tc(MATMUL, dynamic=()).explain(A, B, vectorizer=False).about("sizes")

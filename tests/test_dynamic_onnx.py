@@ -18,6 +18,9 @@ CASES = {
     "small_cnn": lambda: ex.small_cnn("N", image=16),
     "resnet_block_down": lambda: ex.resnet_block("N", channels=8, image=15, out_channels=16,
                                                  stride=2),
+    # a flattened batch of sequences: N * 8 rows get a size of their own
+    "transformer_layer": lambda: ex.transformer_layer("N", seq=8, d_model=16, heads=2,
+                                                      ffn=32),
 }
 
 
@@ -70,8 +73,15 @@ def test_generaliser_names_only_numbers_that_follow_the_dimension():
     text, names = gen.generic(t3, {"N": 3})
     assert names == ("D0",) and "float(D0, 4)" in text and "0:D0" in text
     assert "* 8.0" in text  # a float literal is never a size
-    # a number derived otherwise (2 * N) keeps the group specialised
+    # a multiple (2 * N rows: a flattened batch) gets a size name of its own
     t16 = t8.replace("float(8, 4) a0", "float(16, 4) a0")
     t6 = t3.replace("float(3, 4) a0", "float(6, 4) a0")
     gen2 = Generaliser(G())
-    assert gen2.generic(t16, {"N": 8}) is None and gen2.generic(t6, {"N": 3}) is None
+    assert gen2.generic(t16, {"N": 8}) is None
+    text, names = gen2.generic(t6, {"N": 3})
+    assert names == ("D0", "D0x2") and "float(D0x2, 4) a0" in text
+    # a number that follows the dimension otherwise (N + 1) keeps the group specialised
+    t9 = t8.replace("float(8, 4) a0", "float(9, 4) a0")
+    t4 = t3.replace("float(3, 4) a0", "float(4, 4) a0")
+    gen3 = Generaliser(G())
+    assert gen3.generic(t9, {"N": 8}) is None and gen3.generic(t4, {"N": 3}) is None

@@ -46,8 +46,10 @@ class CEmitter:
     omp_reductions = True
 
     def __init__(self, scop, num_threads=None, vectorize=True, decisions=(), reciprocal=False,
-                 parallel_sum: int | None = None):
+                 parallel_sum: int | None = None, parallel_if: str = ""):
         self.scop = scop
+        #: C that holds when the parallel loops should fork (symbolic sizes: large enough)
+        self.parallel_if = parallel_if
         #: the fewest terms of a sum outside every loop (a dot product, the sum of a whole
         #: tensor) that its threads share (``CEmitter.shared_sum``); None: never
         self.parallel_sum = parallel_sum
@@ -232,7 +234,8 @@ class CEmitter:
         return c.Statement(f"{name}({', '.join(args)})")
 
     def team_clause(self) -> str:
-        return f" num_threads({self.num_threads})" if self.num_threads else ""
+        return (f" num_threads({self.num_threads})" if self.num_threads else "") + \
+            (f" if({self.parallel_if})" if self.parallel_if else "")
 
     def private_clause(self) -> str:
         """OpenMP array reductions of the tensors a ``private:`` mark names (each thread

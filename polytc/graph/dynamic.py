@@ -6,11 +6,15 @@ group's program text names no dimension: ``float(8,784) a0``.  Which of its numb
 from a symbolic input dimension is read off two bindings: the same group (its text with
 every number blanked, ``skeleton``) at two values of the dimensions differs exactly in
 those numbers.  Where each differing number equals one dimension's value in both
-bindings, the number becomes that dimension's size name (``float(D0,784) a0``) and the
-group compiles with that size symbolic (``docs/dynamic.md``); a number derived otherwise
-(``8 * 128`` rows of a flattened batch of sequences) leaves the group specialised at each
-value.  The first binding of a skeleton is its reference; a model seen at one shape
-compiles exactly as before.
+bindings, the number becomes that dimension's size name (``float(D0,784) a0``), and where
+it is a multiple of it in both (``8 * 128`` rows of a flattened batch of sequences), a
+size name of its own (``D0x128``), bound like any size from the arrays of a call; the
+group compiles with those sizes symbolic (``docs/dynamic.md``).  A number that follows
+the dimension otherwise leaves the group specialised at each value, and so does a
+generic kernel whose output shapes are not those of the binding (``Plan``).  Groups alike
+but for their numbers (two layers) share a skeleton: a text is compared with the binding
+it differs from in the fewest numbers.  The first binding of a skeleton is a reference; a
+model seen at one shape compiles exactly as before.
 """
 from __future__ import annotations
 
@@ -63,11 +67,11 @@ class Generaliser:
         refs = self._refs.setdefault(skeleton(text), [])
         if not any(old == text for _, old in refs):
             refs.append((values, text))
-        for old_values, old in list(refs):  # groups alike but for their numbers (two
-            found = self._generalise(old_values, old, values, text)  # layers) share one
-            if found is not None:
-                return found
-        return None
+        # groups alike but for their numbers (two layers) share a skeleton: the binding
+        # this text differs from in the fewest numbers is its own group's
+        found = [f for f in (self._generalise(v, old, values, text) for v, old in list(refs))
+                 if f is not None]
+        return min(found, key=lambda f: f[2])[:2] if found else None
 
     def _generalise(self, old_values, old, values, text) -> tuple | None:
         if old == text:
@@ -82,14 +86,19 @@ class Generaliser:
             if a == b:
                 out.append(b)
                 continue
-            match = [n for n in self.names
-                     if old_values[n] == int(a) and values[n] == int(b)]
+            # the dimension's value times a constant (a flattened batch of sequences:
+            # N * 128 rows) in both bindings: its own size name
+            match = [(n, int(a) // old_values[n]) for n in self.names
+                     if old_values[n] and int(a) % old_values[n] == 0 and
+                     int(a) // old_values[n] * values[n] == int(b)]
             if len(match) != 1:
                 return None
-            used.add(match[0])
-            out.append(sizes[match[0]])
+            n, k = match[0]
+            name = sizes[n] if k == 1 else f"{sizes[n]}x{k}"
+            used.add(name)
+            out.append(name)
         merged = [x for pair in zip(parts, out + [""]) for x in pair]
-        return "".join(merged), tuple(sizes[n] for n in sorted(used))
+        return "".join(merged), tuple(sorted(used)), sum(a != b for a, b in zip(nums_old, nums))
 
 
 def _sizes(names, text: str) -> dict:

@@ -111,11 +111,6 @@ class Plan:
         """The kernel of ``group``, whose program is ``text`` (``canonical``) and whose
         inputs at the positions ``weights`` are constants."""
         try:
-            kernel = self._generic_kernel(text, options, weights)
-            if kernel is None:
-                program = _program(group.name, text)
-                kernel = Kernel(program, _weights(options, program, weights),
-                                target=self.target)
             refs = self.bound.refs
             try:  # arrays only for their shapes: zero strides, no memory
                 args = [np.lib.stride_tricks.as_strided(np.zeros((), refs[v].dtype),
@@ -124,7 +119,16 @@ class Plan:
             except (MemoryError, ValueError) as e:
                 raise ModelError(f"the inputs of {group.nodes[0].label} are too large "
                                  f"({e})") from None
-            return kernel._specialize(args)  # shapes only: no copies
+            kernel = self._generic_kernel(text, options, weights)
+            if kernel is not None:
+                ck = kernel._specialize(args)  # shapes only: no copies
+                if [tuple(s) for s in ck.out_shapes] == \
+                        [tuple(refs[v].shape) for v in group.outputs]:
+                    return ck
+            program = _program(group.name, text)  # (a generic kernel whose outputs are
+            kernel = Kernel(program, _weights(options, program, weights),  # not the
+                            target=self.target)  # binding's: the numbers fit by chance)
+            return kernel._specialize(args)
         except CompilationError as e:
             # a missing device compiler (nvcc) is the machine's, not a polytc bug
             if not backends.get(self.target).host and "bug" not in (e.hint or ""):
