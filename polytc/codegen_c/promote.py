@@ -110,10 +110,13 @@ class Promotion:
             return [r._replace(at={it: f"{v}L"}) for v in range(lo, hi + 1) for r in items]
         init, cond = body.for_get_init(), body.for_get_cond()
         if init.get_type() != isl.ast_expr_type.int or \
-                cond.get_type() != isl.ast_expr_type.op or cond.op_get_type() != _OP.le:
+                cond.get_type() != isl.ast_expr_type.op or \
+                cond.op_get_type() not in (_OP.le, _OP.lt):
             return None
         lo = init.int_get_val().to_python()
         bound = isl_expr(cond.op_get_arg(1))
+        if cond.op_get_type() == _OP.lt:  # (``c6 < D0 % 6``: a symbolic remainder)
+            bound = f"({bound}) - 1L"
         iters = [self.em.for_header(lp)[0] for lp in loops]
         if _uses(bound, iters + [it]):
             return None

@@ -335,8 +335,8 @@ class Tiler:
         # outer loops running indices of the statement) that keeps the cores busy
         work = 1
         for v in [vars_[m] for m in outer] + list((outer_indices(node, sst, vars_) or {})):
-            work *= 0 if self.symbolic(sst, v) else max(1, self.extent(sst, v))
-        cores = 1 if work >= 4 * self.machine.cores else None  # (a symbolic batch may be 1)
+            work *= max(1, self.extent(sst, v))  # (a symbolic batch: parallel, large)
+        cores = 1 if work >= 4 * self.machine.cores else None
         order = outer + lead + [j] + red
         node = T.permute(node, order)
         ext = [self.extent(sst, vars_[m]) for m in order]
