@@ -376,7 +376,7 @@ class Tiler:
         # an outer loop whose index the packed operand does not depend on (the image
         # columns of a convolution, for the weights) runs inside the cache tile: each
         # packed panel then serves all its iterations instead of being packed again
-        keep = [1 if operand is None or
+        keep = [1 if operand is None or sym[k] or  # (a symbolic batch: its loop parallel)
                 sst.vars[vars_[m]] in P.index_names(*operand.indices) else ext[k]
                 for k, m in enumerate(outer)]
         cache = keep + ([ti] if lead else []) + [tj] + [  # (a symbolic reduction besides
