@@ -85,3 +85,23 @@ def test_generaliser_names_only_numbers_that_follow_the_dimension():
     t4 = t3.replace("float(3, 4) a0", "float(4, 4) a0")
     gen3 = Generaliser(G())
     assert gen3.generic(t9, {"N": 8}) is None and gen3.generic(t4, {"N": 3}) is None
+
+
+def test_plans_of_a_dynamic_model_share_one_arena():
+    """A model run at many batch sizes keeps one arena (grown when a batch needs more),
+    not one per size, and its plans run one at a time on it."""
+    m = CASES["mlp"]()
+    sess = polytc.onnx.compile(m)
+    plans = []
+    for k, batch in enumerate((16, 3, 9, 16)):
+        feeds = ex.example_inputs(m, seed=k, batch=batch)
+        _close(sess.run(None, feeds), reference(m, feeds))
+        plans.append(sess.plan({v: a.shape for v, a in feeds.items()}))
+    assert plans[0] is plans[3]
+    assert len({id(p._memory) for p in plans}) == 1 and len({id(p._lock) for p in plans}) == 1
+    buffers = list(plans[0]._memory._buffers)  # the smaller batches' values lie in them
+    for p in plans[1:3]:
+        assert all(any(np.shares_memory(a, b) for b in buffers) for a in p.placed.values())
+    # the earlier plan still runs right after the others used the arena
+    feeds = ex.example_inputs(m, seed=5, batch=16)
+    _close(sess.run(None, feeds), reference(m, feeds))

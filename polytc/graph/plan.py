@@ -31,17 +31,19 @@ from ..kernel import Kernel
 from ..lang.inline import inline_temporaries
 from ..lang.parser import parse
 from ..lang.sema import check
-from ..runtime.memory import aligned_copy, aligned_empty, is_aligned
+from ..runtime.memory import aligned_copy, aligned_empty, huge_empty, is_aligned
 from .bind import bind
 from .group import Group, Join, View, canonical, form_groups
 
 
 class Plan:
     def __init__(self, graph, shapes: dict, options, fuse: bool = True, target: str = "c",
-                 native: bool = True, generaliser=None, generic: dict | None = None):
+                 native: bool = True, generaliser=None, generic: dict | None = None,
+                 memory: "Arena | None" = None):
         """``generaliser`` (``dynamic.Generaliser``) keeps the model's symbolic input
         dimensions symbolic in the groups it can; ``generic``: generic text -> its
-        ``Kernel``, shared by the plans of one model (each compiles once)."""
+        ``Kernel``, shared by the plans of one model (each compiles once); ``memory``:
+        the arena the plans of one model share (one run at a time), else its own."""
         t0 = time.perf_counter()
         self.target = target
         backend = backends.get(target)
@@ -91,6 +93,8 @@ class Plan:
         self.device = None
         if backend.device_arrays and self.kernels:
             self.device = next(iter(self.kernels.values()))
+        self._memory = memory or Arena()
+        self._lock = self._memory.lock  # the arena is shared by the runs of the plans
         self._plan_memory()
         if self.device is not None:  # the constants the steps read, uploaded once
             read = {v for s in self.steps for v in _reads(s)}
@@ -105,7 +109,6 @@ class Plan:
             t0 = time.perf_counter()
             self.driver = Driver(self)
             self.timings["driver"] = time.perf_counter() - t0
-        self._lock = threading.Lock()
 
     def _compile(self, group: Group, text: str, options, weights=()):
         """The kernel of ``group``, whose program is ``text`` (``canonical``) and whose
@@ -231,7 +234,7 @@ class Plan:
         if self.device is not None:  # values live on the device, one buffer each
             self.slot, self.arena_bytes = {}, 0
             return
-        arena = [aligned_empty((max(n, 1),), np.uint8, always=True) for n in sizes]
+        arena = [self._memory.take(b, n) for b, n in enumerate(sizes)]
         self.arena_bytes = sum(sizes)
         for v, (b, at) in self.slot.items():
             r = refs[v]
@@ -368,6 +371,25 @@ class Plan:
                              f"{'/'.join(sorted(s.kinds))}{f', {ms:.0f} ms' if ms else ''}]")
         config.log(2, "\n".join(lines))
         return lines
+
+
+class Arena:
+    """The buffers of plans' memory (``Plan._plan_memory``): buffer ``k`` of every plan
+    that shares the arena is one array, grown when a plan needs more, so that a model
+    run at many batch sizes keeps one arena, not one per size; those plans run one at a
+    time (``lock``).  A plan keeps its buffers: a grown one replaces it for later plans."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._buffers: list = []
+
+    def take(self, k: int, nbytes: int) -> np.ndarray:
+        while len(self._buffers) <= k:
+            self._buffers.append(None)
+        buf = self._buffers[k]
+        if buf is None or buf.size < nbytes:
+            buf = self._buffers[k] = huge_empty(nbytes)
+        return buf
 
 
 def _program(name: str, text: str):

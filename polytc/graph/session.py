@@ -72,6 +72,8 @@ class Session:
         #: and the generic kernels of the groups, shared by every plan
         self._generaliser = Generaliser(self.graph)
         self._generic: dict = {}
+        #: one arena for the plans of a model with symbolic dimensions (plan.Arena)
+        self._memory = None
         self._seen: dict = {}  # the key of a run (``_array_key``) -> (plan, output names)
         self.timings = {"import+passes": time.perf_counter() - t0}
         if all(self.graph.types[v].static for v in self.graph.inputs if v in self.graph.types):
@@ -121,10 +123,14 @@ class Session:
         key = tuple(tuple(shapes[v]) for v in self.graph.inputs)
         p = self._plans.get(key)
         if p is None:
+            from .plan import Arena
+
+            if self._memory is None and self._generaliser.dims:
+                self._memory = Arena()
             p = self._plans[key] = Plan(self.graph, {v: tuple(shapes[v])
                                                      for v in self.graph.inputs},
                                         self.options, self.fuse, self.target, self.native,
-                                        self._generaliser, self._generic)
+                                        self._generaliser, self._generic, self._memory)
         return p
 
     def __repr__(self):

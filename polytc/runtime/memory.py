@@ -60,3 +60,26 @@ def allocator(shape, dtype, fill=None):
     if np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) < SMALL:
         return np.empty if fill is None else np.zeros
     return functools.partial(aligned_empty, fill=fill)
+
+
+HUGE = 2 << 20  # a transparent huge page (x86-64)
+
+
+def huge_empty(nbytes: int) -> np.ndarray:
+    """``nbytes`` of uninitialised memory in 2 MiB pages where the kernel gives them
+    (``madvise(MADV_HUGEPAGE)``: Linux's default THP mode only backs such regions): its
+    first touch faults once per 2 MiB instead of once per 4 KiB (a 100 MB arena's first
+    run cost 236 ms more than the next one in a VM).  Plain aligned memory below 4 MiB
+    or without the call."""
+    import mmap
+
+    if nbytes < 2 * HUGE or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return aligned_empty((max(nbytes, 1),), np.uint8, always=True)
+    m = mmap.mmap(-1, nbytes + HUGE)
+    buf = np.frombuffer(m, np.uint8)
+    off = (-buf.ctypes.data) % HUGE
+    try:
+        m.madvise(mmap.MADV_HUGEPAGE, off, nbytes - nbytes % HUGE)
+    except (OSError, ValueError):
+        pass
+    return buf[off:off + nbytes]
