@@ -50,6 +50,29 @@ class Generaliser:
         self.names = sorted({name for _, _, name in self.dims})
         self._refs: dict = {}  # skeleton -> [(values, text)]: its first bindings
 
+    def probe(self, shapes: dict) -> dict | None:
+        """Input shapes with every symbolic dimension one larger: bound and grouped
+        (``remember``) before the first plan, so that its groups compile symbolic at
+        once; None when there is no symbolic dimension, or the first values are 1 (a
+        batch of one keeps its specialised kernels: a one-row product, a one-image
+        convolution on every thread)."""
+        values = self.values(shapes)
+        if not values or min(values.values()) < 2:
+            return None
+        out = {v: list(s) for v, s in shapes.items()}
+        for v, axis, name in self.dims:
+            out[v][axis] = values[name] + 1
+        return {v: tuple(s) for v, s in out.items()}
+
+    def remember(self, texts, shapes: dict) -> None:
+        """Take the group texts of a binding at ``shapes`` as references."""
+        values = self.values(shapes)
+        if values is not None:
+            for text in texts:
+                refs = self._refs.setdefault(skeleton(text), [])
+                if not any(old == text for _, old in refs):
+                    refs.append((values, text))
+
     def values(self, shapes: dict) -> dict | None:
         """Dimension name -> its value in ``shapes``; None when two uses disagree."""
         out: dict = {}

@@ -47,8 +47,7 @@ class Plan:
         t0 = time.perf_counter()
         self.target = target
         backend = backends.get(target)
-        self.bound = bind(graph, shapes)
-        self.steps = form_groups(self.bound, fuse, join=not backend.device_arrays)
+        self.bound, self.steps = bound_groups(graph, shapes, fuse, target)
         self.outputs = graph.outputs
         self.timings = {"bind+group": time.perf_counter() - t0}
         self.kernels = {}
@@ -371,6 +370,18 @@ class Plan:
                              f"{'/'.join(sorted(s.kinds))}{f', {ms:.0f} ms' if ms else ''}]")
         config.log(2, "\n".join(lines))
         return lines
+
+
+def bound_groups(graph, shapes: dict, fuse: bool, target: str) -> tuple:
+    """``(bound graph, steps)`` of ``graph`` at ``shapes``."""
+    bound = bind(graph, shapes)
+    return bound, form_groups(bound, fuse, join=not backends.get(target).device_arrays)
+
+
+def group_texts(graph, shapes: dict, fuse: bool, target: str) -> list:
+    """The canonical programs of the groups of ``graph`` at ``shapes`` (nothing compiled)."""
+    bound, steps = bound_groups(graph, shapes, fuse, target)
+    return [canonical(s.text(bound.refs)) for s in steps if isinstance(s, Group)]
 
 
 class Arena:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import backends
-from ..diagnostics import ModelError, UnsupportedError, user_boundary
+from ..diagnostics import ModelError, PolytcError, UnsupportedError, user_boundary
 from ..options import Options
 
 #: the C target, or an accelerator's (see ``polytc.backends``): on ``opencl`` and
@@ -123,10 +123,19 @@ class Session:
         key = tuple(tuple(shapes[v]) for v in self.graph.inputs)
         p = self._plans.get(key)
         if p is None:
-            from .plan import Arena
+            from .plan import Arena, group_texts
 
             if self._memory is None and self._generaliser.dims:
                 self._memory = Arena()
+                # the first plan of a model with symbolic dimensions: its groups bound
+                # one larger too, so that they compile symbolic at once (dynamic.py)
+                probe = self._generaliser.probe(shapes)
+                if probe is not None:
+                    try:
+                        self._generaliser.remember(
+                            group_texts(self.graph, probe, self.fuse, self.target), probe)
+                    except PolytcError:  # (a shape the model does not take)
+                        pass
             p = self._plans[key] = Plan(self.graph, {v: tuple(shapes[v])
                                                      for v in self.graph.inputs},
                                         self.options, self.fuse, self.target, self.native,
