@@ -42,10 +42,10 @@ class Tiler:
         self.report: list = []  # Decisions: what was done, for explain() and tests
 
     # --- facts about statements ------------------------------------------------------
-    def extent(self, sst, d) -> int:
+    def extent(self, sst, d) -> int:  # (see ``extents.py``)
         return X.extent(sst, sst.vars[d], self.scop.env, self.scop.symbolic)
 
-    def symbolic(self, sst, d) -> bool:
+    def symbolic(self, sst, d) -> bool:  # whether its range depends on a symbolic size
         return X.symbolic(sst, sst.vars[d], self.scop.symbolic)
 
     def target_var(self, sst, pos_from_end=1):
@@ -333,10 +333,14 @@ class Tiler:
         outer = [m for m in par if m not in (i, j)]
         # the iterations of the loops around the i tiles: a batch (outer members, or
         # outer loops running indices of the statement) that keeps the cores busy
-        work = 1
-        for v in [vars_[m] for m in outer] + list((outer_indices(node, sst, vars_) or {})):
-            work *= max(1, self.extent(sst, v))  # (a symbolic batch: parallel, large)
-        cores = 1 if work >= 4 * self.machine.cores else None
+        around = [vars_[m] for m in outer] + list((outer_indices(node, sst, vars_) or {}))
+        work = math.prod(max(1, self.extent(sst, v)) for v in around)
+        # a symbolic batch may be 1: the cores share the tiles too (its loop and theirs
+        # collapse into one parallel loop) where no tile packs an operand (a transformer's
+        # projections at batch 1 ran on one core, 2x slower)
+        shared = any(self.symbolic(sst, v) for v in around) and (
+            operand is None or operand.tensor in self.constants)
+        cores = 1 if work >= 4 * self.machine.cores and not shared else None
         order = outer + lead + [j] + red
         node = T.permute(node, order)
         ext = [self.extent(sst, vars_[m]) for m in order]
@@ -367,8 +371,6 @@ class Tiler:
         ti, tj, tk = sz.cache
         sym = [self.symbolic(sst, vars_[m]) for m in order]
         if lead and sym[len(outer)] and not sym[p_red - 1] and not self.options.tile:
-            # symbolic rows (a dynamic batch): tiles that do not depend on their number,
-            # and the cores share the j tiles, so that one row keeps them busy too
             ti, tj = generic_rows(mr, nr, tk, ext[p_red - 1], itemsize, self.machine)
         tj = _round_up(tj, nr)
         if operand is None:  # packed: Ti divides i evenly (full cache tiles, one loop)
