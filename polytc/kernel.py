@@ -189,8 +189,9 @@ class Kernel:
         return self.backend.compiled(self.program, env, options, text)
 
     def _symbolic(self, env) -> tuple:
-        """The sizes this call's kernel keeps symbolic (the size policy)."""
-        if not self.backend.symbolic:
+        """The sizes this call's kernel keeps symbolic (the size policy; never under a
+        hand schedule, whose steps were made for the sizes of a call)."""
+        if not self.backend.symbolic or self.options.schedule:
             return ()
         if self.dynamic == "auto":
             for n, v in env.items():

@@ -190,3 +190,13 @@ def test_explain_says_which_sizes_are_symbolic():
     facts = mm.explain(A, B, vectorizer=False).about("sizes")
     assert any("M is symbolic: one kernel serves every value" in f for f in facts), facts
     assert not polytc.tc(MATMUL, dynamic=()).explain(A, B, vectorizer=False).about("sizes")
+
+
+def test_hand_schedules_stay_specialised():
+    mm = polytc.tc(MATMUL)
+    A, B = f32(16, 8), f32(8, 32)
+    hk = mm.with_schedule(mm.schedule(A, B).tile(0, 4))
+    for m in (16, 9):
+        A = f32(m, 8)
+        np.testing.assert_allclose(hk(A, B), A @ B, rtol=1e-5, atol=1e-5)
+        assert hk.specialize(A, B).symbolic == ()

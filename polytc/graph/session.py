@@ -37,8 +37,6 @@ def _type_name(dtype) -> str:
 def _check_device(target: str):
     """Raise a polytc error (not an ImportError, nor a bug report from the first group's
     compile) when ``target``'s runtime or device is missing in this process."""
-    from ..diagnostics import PolytcError
-
     try:
         backends.get(target).cache_facts()  # finds the device, or says why there is none
     except PolytcError as e:
