@@ -49,6 +49,7 @@ class Generaliser:
         self.dims = symbolic_dims(graph)
         self.names = sorted({name for _, _, name in self.dims})
         self._refs: dict = {}  # skeleton -> [(values, text)]: its first bindings
+        self._memo: dict = {}  # text -> (generic text, names) found for it
 
     def probe(self, shapes: dict) -> dict | None:
         """Input shapes with every symbolic dimension one larger: bound and grouped
@@ -87,23 +88,31 @@ class Generaliser:
         or None (no symbolic dimension, the first binding, or numbers that do not map)."""
         if not self.dims or values is None:
             return None
+        if text in self._memo:
+            return self._memo[text]
         refs = self._refs.setdefault(skeleton(text), [])
-        if not any(old == text for _, old in refs):
-            refs.append((values, text))
         # groups alike but for their numbers (two layers) share a skeleton: the binding
         # this text differs from in the fewest numbers is its own group's
-        found = [f for f in (self._generalise(v, old, values, text) for v, old in list(refs))
-                 if f is not None]
-        return min(found, key=lambda f: f[2])[:2] if found else None
-
-    def _generalise(self, old_values, old, values, text) -> tuple | None:
-        if old == text:
+        found = [f for f in (self._generalise(v, old, values, text) + (old,)
+                             for v, old in list(refs)) if len(f) > 1]
+        if not found:
+            if not any(old == text for _, old in refs):
+                refs.append((values, text))  # a reference: the first binding of its group
             return None
+        gtext, names, _, old = min(found, key=lambda f: f[2])
+        # the reference is that group too (a later binding equal to it: the probe's)
+        self._memo[text] = self._memo[old] = (gtext, names)
+        return gtext, names
+
+    def _generalise(self, old_values, old, values, text) -> tuple:
+        """``(generic text, names, numbers that differ)``, or ``()``."""
+        if old == text:
+            return ()
         sizes = _sizes(self.names, text)
         parts_old, parts = _NUMBER.split(old), _NUMBER.split(text)
         nums_old, nums = _NUMBER.findall(old), _NUMBER.findall(text)
         if parts_old != parts or len(nums_old) != len(nums):
-            return None
+            return ()
         used, out = set(), []
         for a, b in zip(nums_old, nums):
             if a == b:
@@ -115,7 +124,7 @@ class Generaliser:
                      if old_values[n] and int(a) % old_values[n] == 0 and
                      int(a) // old_values[n] * values[n] == int(b)]
             if len(match) != 1:
-                return None
+                return ()
             n, k = match[0]
             name = sizes[n] if k == 1 else f"{sizes[n]}x{k}"
             used.add(name)

@@ -70,9 +70,14 @@ class Plan:
         # instead of a long gcc run ending the compile alone (BERT-2L 1.17-1.21 -> 1.08-1.11 s)
         order = sorted(unique.items(), key=lambda kv: (-kv[0][0].count("+=!"),
                                                        -len(kv[0][0])))
-        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            built = dict(zip((k for k, _ in order), pool.map(
-                lambda kv: self._compile(kv[1], kv[0][0], options, kv[0][1]), order)))
+        # groups whose generic kernel an earlier plan made are views of it: no pool
+        ready = [kv for kv in order if self._ready(kv[0][0], kv[0][1])]
+        built = {k: self._compile(g, k[0], options, k[1]) for k, g in ready}
+        order = [kv for kv in order if kv[0] not in built]
+        if order:
+            with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+                built.update(zip((k for k, _ in order), pool.map(
+                    lambda kv: self._compile(kv[1], kv[0][0], options, kv[0][1]), order)))
         for s in groups:
             self.kernels[s.name] = built[canon[s.name]]
         self.timings["compile"] = time.perf_counter() - t0
@@ -138,6 +143,13 @@ class Plan:
             return self._failed(group, text, e)
         except PolytcError as e:
             return self._failed(group, text, e)
+
+    def _ready(self, text: str, weights) -> bool:
+        """Whether the generic kernel of ``text`` exists already (no compile)."""
+        if self._generaliser is None or not self._generic:
+            return False
+        found = self._generaliser.generic(text, self._values)
+        return found is not None and (found[0], weights) in self._generic
 
     def _generic_kernel(self, text: str, options, weights):
         """The model's kernel of ``text`` with its symbolic dimensions symbolic, shared
