@@ -51,6 +51,22 @@ def test_new_batch_sizes_compile_nothing(name, monkeypatch):
         np.testing.assert_array_equal(py[v.name], a)
 
 
+def test_batch_and_sequence_both_symbolic(monkeypatch):
+    """A transformer layer exported with a symbolic batch and sequence length: compiled
+    once, then every (batch, sequence) pair is a plan around the same kernels."""
+    m = ex.transformer_layer("N", seq="S", d_model=16, heads=2, ffn=32)
+    sess = polytc.onnx.compile(m)
+    for k, (b, s) in enumerate(((2, 8), (3, 8), (2, 5), (4, 7))):
+        rng = np.random.default_rng(k)
+        feeds = {i.name: rng.standard_normal([b if d == "N" else s if d == "S" else d
+                                              for d in i.shape]).astype(np.float32)
+                 for i in sess.get_inputs()}
+        feeds["mask"] = np.zeros_like(feeds["mask"])
+        _close(sess.run(None, feeds), reference(m, feeds))
+        if k == 0:
+            monkeypatch.setattr(pipeline, "run", _no_compile)
+
+
 def test_a_first_batch_of_one_is_specialised(monkeypatch):
     """A batch of one seen first keeps its specialised kernels (a one-row product, a
     one-image convolution on every thread); the next batch makes the generic ones."""

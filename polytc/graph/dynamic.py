@@ -50,6 +50,9 @@ class Generaliser:
         self.names = sorted({name for _, _, name in self.dims})
         self._refs: dict = {}  # skeleton -> [(values, text)]: its first bindings
         self._memo: dict = {}  # text -> (generic text, names) found for it
+        #: skeleton -> [(generic text, names, name -> (dimension, factor))]: the generic
+        #: texts found, which a later binding of the group matches at its values
+        self._templates: dict = {}
 
     def probe(self, shapes: dict) -> dict | None:
         """Input shapes with every symbolic dimension one larger: bound and grouped
@@ -90,7 +93,12 @@ class Generaliser:
             return None
         if text in self._memo:
             return self._memo[text]
-        refs = self._refs.setdefault(skeleton(text), [])
+        skel = skeleton(text)
+        for gtext, names, binding in self._templates.get(skel, ()):  # a generic text
+            if _instantiate(gtext, binding, values) == text:  # found before, at these values
+                self._memo[text] = (gtext, names)
+                return gtext, names
+        refs = self._refs.setdefault(skel, [])
         # groups alike but for their numbers (two layers) share a skeleton: the binding
         # this text differs from in the fewest numbers is its own group's
         found = [f for f in (self._generalise(v, old, values, text) + (old,)
@@ -99,13 +107,15 @@ class Generaliser:
             if not any(old == text for _, old in refs):
                 refs.append((values, text))  # a reference: the first binding of its group
             return None
-        gtext, names, _, old = min(found, key=lambda f: f[2])
+        gtext, names, _, binding, old = min(found, key=lambda f: (-len(f[1]), f[2]))
+        self._templates.setdefault(skel, []).append((gtext, names, binding))
         # the reference is that group too (a later binding equal to it: the probe's)
         self._memo[text] = self._memo[old] = (gtext, names)
         return gtext, names
 
     def _generalise(self, old_values, old, values, text) -> tuple:
-        """``(generic text, names, numbers that differ)``, or ``()``."""
+        """``(generic text, names, numbers that differ, name -> (dimension, factor))``,
+        or ``()``."""
         if old == text:
             return ()
         sizes = _sizes(self.names, text)
@@ -113,7 +123,7 @@ class Generaliser:
         nums_old, nums = _NUMBER.findall(old), _NUMBER.findall(text)
         if parts_old != parts or len(nums_old) != len(nums):
             return ()
-        used, out = set(), []
+        used, out, binding = set(), [], {}
         for a, b in zip(nums_old, nums):
             if a == b:
                 out.append(b)
@@ -129,8 +139,19 @@ class Generaliser:
             name = sizes[n] if k == 1 else f"{sizes[n]}x{k}"
             used.add(name)
             out.append(name)
+            binding[name] = (n, k)
         merged = [x for pair in zip(parts, out + [""]) for x in pair]
-        return "".join(merged), tuple(sorted(used)), sum(a != b for a, b in zip(nums_old, nums))
+        return "".join(merged), tuple(sorted(used)), \
+            sum(a != b for a, b in zip(nums_old, nums)), binding
+
+
+def _instantiate(gtext: str, binding: dict, values: dict) -> str:
+    """A generic text with each size name replaced by its number at ``values``."""
+    if not binding:
+        return gtext
+    pattern = r"\b(" + "|".join(map(re.escape, binding)) + r")\b"
+    return re.sub(pattern, lambda m: str(values[binding[m.group(1)][0]] *
+                                         binding[m.group(1)][1]), gtext)
 
 
 def _sizes(names, text: str) -> dict:
