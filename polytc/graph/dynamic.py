@@ -107,7 +107,7 @@ class Generaliser:
             if not any(old == text for _, old in refs):
                 refs.append((values, text))  # a reference: the first binding of its group
             return None
-        gtext, names, _, binding, old = min(found, key=lambda f: (-len(f[1]), f[2]))
+        gtext, names, _, binding, old = min(found, key=lambda f: f[2])
         self._templates.setdefault(skel, []).append((gtext, names, binding))
         # the reference is that group too (a later binding equal to it: the probe's)
         self._memo[text] = self._memo[old] = (gtext, names)
