@@ -103,12 +103,24 @@ class Kernel:
         if not self.backend.host:
             raise PolytcError(f"explain() describes the C target's decisions; this kernel "
                               f"targets '{self.target}'", hint="kernel.to('c').explain(...)")
-        ck = self._specialize(A.as_arrays(self.program, args))
+        inputs = A.as_arrays(self.program, args)
+        ck = self._specialize(inputs)
         source = None
         if not self._explicit:
             if tuning.lookup(self.program, ck.env, target=self.target) is not None:
                 source = "the tuning cache (polytc.autotune)"
-        return ck.explain(vectorizer, source)
+        out = ck.explain(vectorizer, source)
+        if getattr(ck, "symbolic", ()):  # what the generality costs at these sizes
+            from .explain import Fact
+
+            spec = self._specialised(dict(ck.env))
+            g, t = (min(k.benchmark(*inputs, repeat=10)["median"] for _ in range(3))
+                    for k in (ck, spec))
+            out.facts.append(Fact("sizes", f"At these sizes the generic kernel takes "
+                                  f"{g * 1e6:.1f} us and one specialised to them "
+                                  f"{t * 1e6:.1f} us ({g / t:.2f}x; the C function alone, "
+                                  "medians)."))
+        return out
 
     def with_schedule(self, schedule) -> "Kernel":
         """A new kernel compiled with the hand schedule ``schedule`` (its steps replay,

@@ -189,6 +189,7 @@ def test_explain_says_which_sizes_are_symbolic():
     A, B = f32(40, 32), f32(32, 48)
     facts = mm.explain(A, B, vectorizer=False).about("sizes")
     assert any("M is symbolic: one kernel serves every value" in f for f in facts), facts
+    assert any(f.startswith("At these sizes the generic kernel takes") for f in facts), facts
     assert not polytc.tc(MATMUL, dynamic=()).explain(A, B, vectorizer=False).about("sizes")
 
 
