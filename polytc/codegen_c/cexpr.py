@@ -259,7 +259,8 @@ class ExprPrinter:
         if e.op in ("/", "%") and not t.is_float:
             d = e.rhs.value if isinstance(e.rhs, P.Const) else \
                 self.env[e.rhs.name] if isinstance(e.rhs, P.Size) else 0
-            if isinstance(d, str) or d > 0:  # a symbolic size is at least 1 (its context)  # a positive constant divisor needs no check
+            # a positive constant divisor needs no check, nor a symbolic size (at least 1)
+            if isinstance(d, str) or d > 0:
                 return self._wrap(f"({a} {e.op} {b})", t)
             kind = "div" if e.op == "/" else "rem"
             site = self.site(e.span, "integer division by zero")

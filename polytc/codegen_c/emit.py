@@ -133,7 +133,7 @@ class CEmitter:
                 return copy
             outlined = bool(pragma) and it == pragma[1] and pragma[0].startswith("omp parallel")
             simd = bool(pragma) and it == pragma[1] and pragma[0] == "omp simd"
-            outer = self.collapsing(n, header) if pragma is None else None
+            outer = self.collapsing(n, it, header) if pragma is None else None
             self.iters.append(it)
             self.outlining += outlined
             self.in_simd += simd
@@ -183,7 +183,7 @@ class CEmitter:
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
 
-    def collapsing(self, n, header):
+    def collapsing(self, n, it: str, header):
         """``header`` when the loop ``n`` runs a symbolic number of iterations (a
         dynamic batch) around nothing but a parallel loop of a fixed count that does not
         depend on it: the two loops then run as one parallel loop (``collapse(2)``), so
@@ -197,7 +197,6 @@ class CEmitter:
         if kind != "parallel" or inner.get_type() != T.for_:
             return None
         it2, header2 = self.for_header(inner)
-        it = header[0].split()[1]
         if it2 != f"c{depth}" or re.search(rf"\b{it}\b", " ".join(header2)) or \
                 not any(re.search(rf"\b{n}\b", " ".join(header)) for n in self.scop.symbolic):
             return None

@@ -57,7 +57,7 @@ class Scop:
         #: symbolic sizes)
         self.dims = {t.name: tuple(self._dim(d) for d in t.shape) for t in program.tensors}
         #: what the code assumes of the symbolic sizes: each at least 1, and every
-        #: tensor's extents at least 0 (checked at each call: ``assumptions``)
+        #: tensor's extents at least 0 (checked at each call: ``CompiledKernel.serves``)
         self.context = self.read_set("{ : " + " and ".join(
             [f"{n} >= 1" for n in self.symbolic] +
             [f"{d} >= 0" for ds in self.dims.values() for d in ds
@@ -119,16 +119,6 @@ class Scop:
 
     def read_map(self, text: str) -> isl.Map:
         return isl.Map.read_from_str(self.ctx, self._params + text)
-
-    def assumptions(self, env) -> str | None:
-        """What ``env`` (the sizes of a call) breaks of ``context``, or None."""
-        if not self.symbolic:
-            return None
-        pt = self.context
-        for k, n in enumerate(self.symbolic):
-            pt = pt.fix_val(isl.dim_type.param, k, isl.Val.int_from_si(self.ctx, int(env[n])))
-        return None if not pt.is_empty() else \
-            f"the sizes {dict((n, env[n]) for n in self.symbolic)} break {self.context}"
 
     # --- reads and the conditions they are evaluated under --------------------------
     def _true(self, tup):
