@@ -26,8 +26,11 @@ _NEEDS_CONSTANT = re.compile(r"\('([^']*)'\) must be known at compile time")
 
 
 def _sources(model, value: str) -> set:
-    """The graph inputs ``value`` is computed from (itself, if it is one)."""
-    graph = model.graph
+    """The graph inputs ``value`` is computed from (itself, if it is one), in the graph
+    polytc imports (ops written out as their ONNX function bodies)."""
+    from .onnx_import import prepare
+
+    graph = prepare(model, "<model>").graph
     inputs = {i.name for i in graph.input} - {i.name for i in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output if o}
     out, todo, seen = set(), [value], set()

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..diagnostics import ModelError, UnsupportedError
 from . import ops
+from .expand import lowerable
 from .ir import Graph, TensorType
 from .passes import NONDETERMINISTIC, _has_subgraph, evaluate
 
@@ -44,8 +45,7 @@ class Bound:
 
 def unsupported_ops(g: Graph) -> list:
     """Every node whose op polytc cannot lower, before any compiling."""
-    return [n for n in g.nodes if not ops.supported(n.op, n.domain) and n.op not in
-            ("Shape", "Size", "Constant")]
+    return [n for n in g.nodes if not lowerable(n.op, n.domain)]
 
 
 def check_supported(g: Graph) -> None:

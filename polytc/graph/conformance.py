@@ -36,12 +36,12 @@ from collections import defaultdict
 
 import numpy as np
 
+from .expand import BUILTIN_OPS
+
 #: ops whose outputs are random
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
               "Bernoulli", "Multinomial"}
 NO_TYPE = "an element type polytc does not have (float16, bfloat16, float8, int4, string, ...)"
-#: ops polytc evaluates itself (from shapes, or folds), without a lowering
-BUILTIN_OPS = {"Shape", "Size", "Constant"}
 
 _ALL: list = []  # every node test, loaded once
 
@@ -80,11 +80,22 @@ def op_of(t, single: dict | None = None) -> str:
     return nodes[-1].op_type if nodes else "?"
 
 
-def _supported(node) -> bool:
-    from .ops import supported
+def _supported(model) -> bool:
+    """Whether polytc lowers every node of ``model``, once the ops that ONNX defines as
+    functions are written out (graph/expand.py)."""
+    from .expand import lowerable
+    from .onnx_import import prepare
 
-    return supported(node.op_type, node.domain) or (node.domain in ("", "ai.onnx") and
-                                                       node.op_type in BUILTIN_OPS)
+    nodes = list(_nodes(model.graph))
+    if not nodes:
+        return False
+    if all(lowerable(n.op_type, n.domain) for n in nodes):
+        return True
+    try:
+        expanded = prepare(model, "<test>")
+    except Exception:  # noqa: BLE001 - a body polytc cannot expand (control flow)
+        return False
+    return all(lowerable(n.op_type, n.domain) for n in _nodes(expanded.graph))
 
 
 def _nodes(graph):
@@ -109,8 +120,7 @@ def node_cases(ops=None, everything: bool = False) -> list:
         if everything:
             out.append((op, t))
         elif ops is None:
-            nodes = list(_nodes(t.model.graph))
-            if nodes and all(_supported(n) for n in nodes):
+            if _supported(t.model):
                 out.append((op, t))
         elif op in ops:
             out.append((op, t))
@@ -269,7 +279,22 @@ def ops_markdown() -> str:
     for k in order:
         ops = ", ".join(f"`{o}`" for o in sorted(kinds[k]))
         lines.append(f"* **{KIND_TITLES.get(k, k)}** ({len(kinds[k])}): {ops}")
+    bodies = function_ops()
+    lines += ["", f"{len(bodies)} more op types run as their ONNX function bodies "
+              "(graph/expand.py): " + ", ".join(f"`{o}`" for o in bodies)]
     return "\n".join(lines) + "\n"
+
+
+def function_ops() -> list:
+    """The ops of the default domain that polytc runs as their ONNX function body."""
+    import onnx
+
+    from .expand import expandable
+
+    newest = onnx.defs.onnx_opset_version()
+    return sorted({s.name for s in onnx.defs.get_all_schemas_with_history()
+                   if s.domain in ("", "ai.onnx") and not s.deprecated and
+                   expandable(onnx.helper.make_node(s.name, [], []), newest)})
 
 
 def update_docs(path: str, table: dict | None) -> None:

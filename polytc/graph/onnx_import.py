@@ -10,6 +10,7 @@ import onnx
 from onnx import external_data_helper, helper, numpy_helper
 
 from ..diagnostics import ModelError
+from . import expand
 from .ir import Graph, Node, TensorType
 
 MIN_OPSET = 13
@@ -88,8 +89,11 @@ def prepare(model: onnx.ModelProto, where: str, own: bool = False) -> onnx.Model
                          "for an older opset")
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{where}: the model has an empty graph")
+    if opset >= MIN_OPSET and expand.needs_expansion(model, opset, typed=False):
+        model, own = expand.expand_functions(model, opset, where, typed=False), True
+        return prepare(model, where, own)
     if opset >= MIN_OPSET and not model.functions:
-        return _checked_and_inferred(model, where, own)
+        return _expanded(_checked_and_inferred(model, where, own), where)
     _check(model, where)
     if opset < MIN_OPSET:
         try:
@@ -100,7 +104,19 @@ def prepare(model: onnx.ModelProto, where: str, own: bool = False) -> onnx.Model
                              hint="re-export the model with opset 13 or later") from None
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
-    return _infer(model, where)
+    return _expanded(_infer(model, where), where)
+
+
+def _expanded(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """``model`` with every op polytc has no lowering for but ONNX defines as a function
+    written out in its body's ops (graph/expand.py), shapes inferred again."""
+    opset = opset_of(model)
+    for _ in range(expand.MAX_DEPTH):
+        if not expand.needs_expansion(model, opset):
+            return model
+        model = _checked_and_inferred(expand.expand_functions(model, opset, where), where,
+                                      own=True)
+    return model
 
 
 #: initialisers of at least this many floats reach the checker and shape inference as

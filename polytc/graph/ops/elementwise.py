@@ -83,6 +83,8 @@ op("Selu")(_activation("({x} > {zero} ? {gamma} * {x} : {gamma} * {alpha} * expm
 op("ThresholdedRelu")(_activation("({x} > {alpha} ? {x} : {zero})", alpha=1.0))
 op("HardSigmoid")(_activation("max({zero}, min({one}, {alpha} * {x} + {beta}))",
                               alpha=0.2, beta=0.5))
+op("Shrink")(_activation("({x} < -{lambd} ? {x} + {bias} : ({x} > {lambd} ? {x} - {bias} : "
+                         "{zero}))", lambd=0.5, bias=0.0))
 op("HardSwish")(_activation("{x} * max({zero}, min({one}, {x} / {six} + {half}))",
                             six=6.0, half=0.5))
 
