@@ -1,7 +1,7 @@
 """Whole ONNX models: ``polytc.onnx`` against onnxruntime on the CPU.
 
     python benchmarks/bench_onnx.py [--only name,name] [--repeats N] [--threads T] [--quick]
-                                    [--load] [--batch B] [--dynamic]
+                                    [--load] [--batch B] [--dynamic] [--int8]
 
 One table: per model (from ``polytc.graph.examples``) the median milliseconds of one
 ``sess.run(None, feeds)`` of polytc and of onnxruntime, polytc's time over onnxruntime's,
@@ -28,6 +28,10 @@ batch sizes in turn (docs/dynamic.md): the first run at each new batch (the firs
 compiles the groups with the batch symbolic; later ones reuse those kernels), then
 polytc's and onnxruntime's run times interleaved, each in its worker process, and a
 session compiled for that batch alone.
+
+``--int8``: the models with int8 weights, quantised by onnxruntime's ``quantize_dynamic``
+(activations quantised at run time: DynamicQuantizeLinear, MatMulInteger, ConvInteger),
+both libraries running the quantised model.
 """
 from __future__ import annotations
 
@@ -117,6 +121,26 @@ def batched(b: int) -> dict:
 
 DEFAULT = ["mlp", "mlp_b1", "resnet18", "transformer_layer", "bert_encoder", "small_cnn",
            "lstm_model", "gru_model", "squeezenet", "shufflenet"]
+
+
+INT8 = ["mlp", "mlp_b1", "resnet18", "transformer_layer", "bert_encoder", "small_cnn"]
+
+
+def quantised(table: dict) -> dict:
+    """``table``'s models with int8 weights, as ``onnxruntime.quantization.
+    quantize_dynamic`` writes them (DynamicQuantizeLinear, MatMulInteger, ConvInteger)."""
+    def build(make):
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "f32.onnx"), os.path.join(d, "int8.onnx")
+            onnx.save(make(), src)
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+            return onnx.load(dst)
+
+    return {n: (lambda make=make: build(make), f"{sizes}, int8 weights (quantize_dynamic)")
+            for n, (make, sizes) in table.items()}
 
 
 def check(outs, refs) -> str | None:
@@ -358,6 +382,8 @@ def main(argv=None):
                          "(compile times are measured without it)")
     ap.add_argument("--dynamic", action="store_true",
                     help="models with a symbolic batch, run at several batch sizes")
+    ap.add_argument("--int8", action="store_true",
+                    help="the models quantised by onnxruntime's quantize_dynamic")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = ap.parse_args(argv)
     if args.dynamic:
@@ -377,8 +403,10 @@ def main(argv=None):
     os.environ["POLYTC_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(threads)
 
     table = models(args.quick) if args.batch is None else batched(args.batch)
+    if args.int8:
+        table = quantised(table)
     wanted = [w.strip() for w in args.only.split(",") if w.strip()] or \
-        [m for m in DEFAULT if m in table]
+        [m for m in (INT8 if args.int8 else DEFAULT) if m in table]
     unknown = [w for w in wanted if w not in table]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(table)}")

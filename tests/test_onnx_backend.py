@@ -65,8 +65,10 @@ def test_exclusion_rule():
     """Spot checks of the rule, on tests the onnx package ships."""
     by_name = {t.name: t for t in conformance.all_node_tests()}
     expect = {
-        "test_cast_FLOAT_to_FLOAT16": "element type",
-        "test_cast_FLOAT_to_BFLOAT16": "element type",
+        "test_cast_FLOAT_to_FLOAT8E4M3FN": "element type",
+        "test_cast_FLOAT_to_INT4": "element type",
+        "test_cast_FLOAT_to_FLOAT16": None,  # computed in float32 (graph/halves.py)
+        "test_cast_FLOAT_to_BFLOAT16": None,
         "test_cast_FLOAT_to_STRING": "element type",
         "test_identity_sequence": "sequence, optional or map",
         "test_identity_opt": "sequence, optional or map",

@@ -84,7 +84,7 @@ def test_static_body_with_left_out_attribute():
         [n], "t", [vi("x", onnx.TensorProto.FLOAT, x.shape)],
         [vi("y", onnx.TensorProto.FLOAT, x.shape)]),
         opset_imports=[helper.make_opsetid("", 18)])
-    with pytest.raises(Exception):  # onnx's own inference of the node fails
+    with pytest.raises(onnx.shape_inference.InferenceError):  # onnx fails on the node
         onnx.shape_inference.infer_shapes(m, strict_mode=True)
     run_model(m, {"x": x})
 

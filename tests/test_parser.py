@@ -207,7 +207,7 @@ def test_casts_calls_and_accesses():
 def test_builtins_table():
     assert BUILTINS["exp"] == 1 and BUILTINS["pow"] == 2 and BUILTINS["fma"] == 3
     assert BUILTINS["rnorm4d"] == 4 and BUILTINS["min"] == BUILTINS["max"] == 2
-    assert len(BUILTINS) == 66  # 47 unary, 12 binary, min, max, 3 + 2 more
+    assert len(BUILTINS) == 67  # 48 unary, 12 binary, min, max, 3 + 2 more
 
 
 # --- precedence ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from .cexpr import _FUNCS
 _SIMD = re.compile(r"^(\s*#pragma omp simd)\b", re.M)
 #: calls of libm's vector functions (not those gcc inlines as instructions)
 _MATH = re.compile(r"\b(?:%s)f?\(" % "|".join(
-    sorted(set(_FUNCS) - {"fabs", "fmax", "fmin", "fma", "sqrt", "ceil", "floor", "round",
+    sorted(set(_FUNCS) - {"fabs", "fmax", "fmin", "fma", "sqrt", "ceil", "floor", "round", "rint",
                           "trunc", "copysign"})))
 
 

@@ -81,7 +81,7 @@ _FUNCS = {  # builtin -> C name for float (f suffix added) / double
     "fma": "fma", "fmax": "fmax", "fmin": "fmin", "fmod": "fmod", "hypot": "hypot",
     "lgamma": "lgamma", "log": "log", "log10": "log10", "log1p": "log1p", "log2": "log2",
     "logb": "logb", "nextafter": "nextafter", "pow": "pow", "remainder": "remainder",
-    "round": "round", "sin": "sin", "sinh": "sinh", "sqrt": "sqrt", "tan": "tan",
+    "rint": "rint", "round": "round", "sin": "sin", "sinh": "sinh", "sqrt": "sqrt", "tan": "tan",
     "tanh": "tanh", "tgamma": "tgamma", "trunc": "trunc",
 }
 _DOUBLE_ONLY = {"j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1"}

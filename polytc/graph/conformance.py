@@ -17,8 +17,8 @@ expands, so the table reads per ONNX op.
 **Excluded by rule** (``exclusion``), never one by one: tests that cannot pass by design.
 
 * a graph input, output or initialiser whose element type polytc does not have (it has
-  bool, int8-64, uint8-64, float32, float64: no float16, bfloat16, float8, float4, int4,
-  int2, string, complex);
+  bool, int8-64, uint8-64, float32, float64, and float16 and bfloat16 computed in float32:
+  no float8, float4, int4, int2, string, complex);
 * a value that is not a tensor (sequence, optional, map, sparse tensor);
 * training mode (``BatchNormalization(training_mode=1)``, a ``Dropout`` fed its
   ``training_mode`` input, the ``ai.onnx.preview.training`` ops): polytc compiles
@@ -41,7 +41,7 @@ from .expand import BUILTIN_OPS
 #: ops whose outputs are random
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
               "Bernoulli", "Multinomial"}
-NO_TYPE = "an element type polytc does not have (float16, bfloat16, float8, int4, string, ...)"
+NO_TYPE = "an element type polytc does not have (float8, int4, string, ...)"
 
 _ALL: list = []  # every node test, loaded once
 
@@ -129,12 +129,14 @@ def node_cases(ops=None, everything: bool = False) -> list:
 
 @functools.lru_cache(maxsize=None)
 def _polytc_types() -> frozenset:
-    """ONNX element types (TensorProto.FLOAT, ...) that polytc has."""
+    """ONNX element types (TensorProto.FLOAT, ...) that polytc has (float16 and bfloat16
+    computed in float32: graph/halves.py)."""
     from onnx import helper
 
     from ..lang.types import from_numpy
+    from .halves import HALF_CODES
 
-    out = set()
+    out = set(HALF_CODES)
     for code in helper.get_all_tensor_dtypes():
         try:
             dt = helper.tensor_dtype_to_np_dtype(code)

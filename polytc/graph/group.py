@@ -8,7 +8,10 @@ so a group is either elementwise and data-movement ops around one MatMul/Conv (a
 and an epilogue: bias, activation, residual), or a chain of elementwise, reduction and
 movement ops (softmax, layer norm, pooling), which isl fuses into one loop nest — and (4) the
 group stays
-under ``MAX_STATEMENTS``, which bounds isl's scheduling time.  Inside a group isl decides
+under ``MAX_STATEMENTS``, which bounds isl's scheduling time.  (5) A reduction of a
+whole tensor to one value starts a group: it needs all of its input before anything
+reads it, and in the group of that input's producer (a layer norm) isl's scheduler ran
+past its 8 s limit looking for a fused schedule.  Inside a group isl decides
 the actual loop fusion (``Options.fusion``); values that no other step reads become
 temporaries of the program, never written to memory the executor sees.
 
@@ -184,6 +187,8 @@ def _target(n, low, steps, where, bound):
     if not groups or low.kind == "opaque":
         return None
     last = max(groups, key=lambda s: s.position)
+    if low.kind == "reduction" and _to_one_value(n, bound):
+        return None  # needs all of its input first: see the module's docstring
     if "opaque" in last.kinds or (low.kind == "contraction" and "contraction" in last.kinds):
         return None
     if {"contraction", "reduction"} <= last.kinds | {low.kind}:
@@ -193,6 +198,14 @@ def _target(n, low, steps, where, bound):
     if any(s is not last and s.position > last.position for s in producers):
         return None  # it reads a view made after that group ran
     return last
+
+
+def _to_one_value(n, bound) -> bool:
+    """``n`` reduces a tensor of several elements to one (a quantised model's dynamic
+    range: the min and max of a whole activation)."""
+    out = bound.refs.get(n.outputs[0]) if n.outputs and n.outputs[0] else None
+    src = bound.refs.get(n.inputs[0]) if n.inputs and n.inputs[0] else None
+    return out is not None and src is not None and out.size == 1 and src.size > 1
 
 
 def _interfaces(steps, bound):

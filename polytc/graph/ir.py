@@ -79,6 +79,9 @@ class Graph:
     types: dict = field(hash=False, compare=False)  # value name -> TensorType
     constants: dict = field(hash=False, compare=False)  # value name -> np.ndarray
     opset: int = 17
+    #: graph inputs and outputs that the model holds in half precision (float16,
+    #: bfloat16), computed in float32 (``halves.py``): value name -> the model's dtype
+    boundary: dict = field(default_factory=dict, hash=False, compare=False)
 
     def replace(self, **changes) -> "Graph":
         return replace(self, **changes)

@@ -14,6 +14,7 @@ from onnx import helper, numpy_helper
 
 from .. import config
 from ..diagnostics import ModelError
+from . import halves, quantised
 from .ir import Graph, Node, TensorType
 
 #: ops whose result is not a function of their inputs: never folded or merged
@@ -61,7 +62,8 @@ def _gather(node: Node, values: list):
 #: ops folded here, in numpy, as onnx's reference implementation computes them (its
 #: import and a ReferenceEvaluator per node took 70 ms of BERT-2L's cold compile, for
 #: 13 Constant nodes, a Range and a Gather); None: the reference decides
-_FOLDERS = {"Constant": _constant, "Range": _range, "Gather": _gather}
+_FOLDERS = {"Constant": _constant, "Range": _range, "Gather": _gather,
+            "DequantizeLinear": quantised.fold_dequantize}
 
 
 def evaluate(node: Node, values: list, opset: int) -> list:
@@ -389,6 +391,8 @@ def dce(g: Graph) -> Graph:
 
 
 PASSES = [
+    ("widen_halves", halves.widen),
+    ("quantised_ops", quantised.decompose),
     ("fold_constants", fold_constants),
     ("remove_identities", remove_identities),
     ("fold_batchnorm", fold_batchnorm),

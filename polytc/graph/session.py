@@ -88,14 +88,15 @@ class Session:
         t = self.graph.types.get(v)
         if t is None:
             return NodeArg(v, None, "tensor(unknown)")
-        return NodeArg(v, None if t.shape is None else list(t.shape), _type_name(t.dtype))
+        return NodeArg(v, None if t.shape is None else list(t.shape),
+                       _type_name(self.graph.boundary.get(v, t.dtype)))
 
     @user_boundary
     def run(self, output_names, input_feed: dict, run_options=None) -> list:
         """Outputs (a list of numpy arrays) for the inputs ``input_feed`` (name ->
         array); ``output_names`` None means all outputs."""
         key = None
-        if type(input_feed) is dict:
+        if type(input_feed) is dict and not self.graph.boundary:
             try:  # a call like an earlier one (the same names, and dtypes and shapes of
                 # contiguous arrays) skips the checks: microseconds of a small model's run
                 key = (tuple(output_names) if output_names is not None else None,
@@ -111,7 +112,12 @@ class Session:
         if key is not None and all(feeds[v] is input_feed[v] for v in self.graph.inputs):
             # the next call that matches ``key`` would pass every check
             self._seen[key] = (plan, names)
-        return plan.run(feeds, names)
+        outs = plan.run(feeds, names)
+        if self.graph.boundary:  # half-precision outputs: rounded here (halves.py)
+            half = self.graph.boundary
+            outs = [o.astype(half[n]) if n in half else o
+                    for o, n in zip(outs, names)]
+        return outs
 
     # --- compiled forms --------------------------------------------------------------
     def plan(self, shapes: dict):
@@ -205,16 +211,19 @@ class Session:
                     raise ModelError(f"input '{v}': {type(feed[v]).__name__} is not an "
                                      "array") from None
             t = g.types[v]
-            if a.dtype != t.dtype and a.dtype.newbyteorder("=") == t.dtype:
-                a = a.astype(t.dtype)  # the other byte order: convert
+            want = g.boundary.get(v, t.dtype)  # a half-precision input: widened below
+            if a.dtype != want and a.dtype.newbyteorder("=") == want:
+                a = a.astype(want)  # the other byte order: convert
             if a.dtype == object:
                 raise ModelError(f"input '{v}' is not a numeric array (got "
                                  f"{type(feed[v]).__name__}, which numpy holds as dtype "
-                                 f"object); the model wants {np.dtype(t.dtype).name}")
-            if a.dtype != t.dtype:
+                                 f"object); the model wants {np.dtype(want).name}")
+            if a.dtype != want:
                 raise ModelError(f"input '{v}' has dtype {a.dtype.name}; the model wants "
-                                 f"{np.dtype(t.dtype).name}",
-                                 hint=f"convert it with .astype(np.{np.dtype(t.dtype).name})")
+                                 f"{np.dtype(want).name}",
+                                 hint=f"convert it with .astype(np.{np.dtype(want).name})")
+            if want != t.dtype:
+                a = a.astype(t.dtype)
             if t.shape is not None:
                 if a.ndim != len(t.shape):
                     raise ModelError(f"input '{v}' has shape {list(a.shape)}; the model wants "

@@ -24,7 +24,7 @@ from .types import UNSUPPORTED_TYPE_NAMES
 
 _UNARY = ("acos acosh asin asinh atan atanh cbrt ceil cos cosh cospi cyl_bessel_i0 "
           "cyl_bessel_i1 erf erfc erfcinv erfcx erfinv exp exp10 exp2 expm1 fabs floor j0 j1 "
-          "lgamma log log10 log1p log2 logb normcdf normcdfinv rcbrt round rsqrt sin sinh "
+          "lgamma log log10 log1p log2 logb normcdf normcdfinv rcbrt rint round rsqrt sin sinh "
           "sinpi sqrt tan tanh tgamma trunc y0 y1")
 _BINARY = ("atan2 copysign fdim fdivide fmax fmin fmod hypot nextafter pow remainder rhypot "
            "min max")

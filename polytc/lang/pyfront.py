@@ -46,7 +46,7 @@ _FALLBACK_BUILTINS = {
     **{f: 1 for f in (
         "acos acosh asin asinh atan atanh cbrt ceil cos cosh cospi cyl_bessel_i0f "
         "cyl_bessel_i1f erf erfc erfcinv erfcx erfinv exp exp10 exp2 expm1 fabs floor j0 "
-        "j1 lgamma log log10 log1p log2 logb normcdf normcdfinv rcbrt round rsqrt sin "
+        "j1 lgamma log log10 log1p log2 logb normcdf normcdfinv rcbrt rint round rsqrt sin "
         "sinh sinpi sqrt tan tanh tgamma trunc y0 y1").split()},
     **{f: 2 for f in ("atan2 copysign fdim fdivide fmax fmin fmod hypot nextafter pow "
                       "remainder rhypot scalbln scalbn min max").split()},

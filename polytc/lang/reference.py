@@ -47,7 +47,8 @@ Semantics (C semantics, since polytc generates C; the code generators must match
   (writes too).
 * Functions: ``min(a, b) = a < b ? a : b``, ``max(a, b) = a > b ? a : b`` (any dtype;
   ``min(NaN, x) == x``, ``min(x, NaN) == NaN``); ``fmin``/``fmax`` ignore NaN (C);
-  ``rsqrt(x) = 1 / sqrt(x)``; ``round`` rounds half away from zero (C, not numpy);
+  ``rsqrt(x) = 1 / sqrt(x)``; ``round`` rounds half away from zero (C, not numpy),
+  ``rint`` half to even;
   ``remainder`` is the IEEE remainder (quotient rounded half to even); ``fdim``;
   ``fma`` is fused (rounded once); ``erf erfc lgamma tgamma`` are computed in double and
   rounded to the dtype; ``abs`` is C ``abs`` on ints (wraps at MIN) and ``fabs`` on floats.
@@ -309,7 +310,7 @@ _UNARY = {
     "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "expm1": np.expm1,
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
     "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
-    "acosh": np.arccosh, "atanh": np.arctanh, "cbrt": np.cbrt, "round": _c_round,
+    "acosh": np.arccosh, "atanh": np.arctanh, "cbrt": np.cbrt, "round": _c_round, "rint": np.rint,
     "rsqrt": lambda x: np.asarray(1, x.dtype) / np.sqrt(x),
     "exp10": lambda x: np.power(np.asarray(10, x.dtype), x),
 }

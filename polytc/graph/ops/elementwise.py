@@ -16,7 +16,7 @@ _FLOAT_UNARY = {
     "Atanh": "atanh({x})", "Floor": "floor({x})", "Ceil": "ceil({x})",
     "Reciprocal": "{one} / {x}", "Sigmoid": "{one} / ({one} + exp(-{x}))",
     "Softplus": "log1p(exp({x}))", "Softsign": "{x} / ({one} + fabs({x}))",
-    "Round": "({x} - remainder({x}, {one}))",  # half to even, as ONNX wants
+    "Round": "rint({x})",  # half to even, as ONNX wants
     "Mish": "{x} * tanh(log1p(exp({x})))",
 }
 # --- unary ops that are defined for every numeric type ----------------------------------

@@ -316,7 +316,7 @@ def _padded(ctx, x, geo, fill, fill_first=False):
 @op("Conv")
 def _conv(ctx):
     x, w, b = ctx.input(0), ctx.input(1), ctx.input(2, required=False)
-    _float_only(ctx, x, w, b)
+    _numeric(ctx, x, w, b)  # int32: ConvInteger (graph/quantised.py)
     if x.rank < 3 or w.rank != x.rank:
         ctx.fail(f"input {list(x.shape)} and weights {list(w.shape)} do not make a "
                  "convolution")

@@ -1,0 +1,193 @@
+"""The integer ops of quantised models, written as ordinary ops on int32 and float values
+before the other graph passes (so constant weights fold once, and the rest fuses):
+
+* ``MatMulInteger(A, B, a0, b0)`` is ``MatMul(int32(A) - a0, int32(B) - b0)`` in int32;
+  a per-row zero point of A (1-D, one per row) is read as a column.
+* ``ConvInteger(x, w, x0, w0)`` is ``Conv(int32(x) - x0, int32(w) - w0)`` in int32 (the
+  zero padding of the centred input is the input padded with its zero point, as ONNX
+  wants); a per-channel ``w0`` is read along the output channels.
+* ``QLinearMatMul`` and ``QLinearConv`` are the same products, plus QLinearConv's int32
+  bias, requantised as onnxruntime does: ``QuantizeLinear(float(acc) * (sa * sb / sy),
+  1, y0)`` (the multiplier computed in float32).
+
+With a constant operand (the weights) and constant zero points, the centred int32
+operand is computed here, once.  ``QuantizeLinear``/``DequantizeLinear`` themselves are
+elementwise lowerings (ops/quant.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from .ir import Graph, Node, TensorType
+
+I32, F32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
+
+
+class _Rewrite:
+    """The nodes and constants that replace one node (names prefixed by its output's)."""
+
+    def __init__(self, g: Graph, node: Node):
+        self.g, self.node = g, node
+        self.prefix = f"{node.outputs[0] or node.name}__q"
+        self.nodes: list = []
+        self.consts: dict = {}
+        self.types: dict = {}
+        self.k = 0
+
+    def input(self, k: int) -> str:
+        n = self.node.inputs
+        return n[k] if k < len(n) else ""
+
+    def value(self, name: str):
+        if name in self.consts:
+            return self.consts[name]
+        return self.g.constants.get(name)
+
+    def _name(self) -> str:
+        self.k += 1
+        return f"{self.prefix}{self.k}"
+
+    def const(self, v) -> str:
+        name = self._name()
+        self.consts[name] = np.asarray(v)
+        return name
+
+    def op(self, op: str, inputs, dtype, out: str | None = None, **attrs) -> str:
+        out = out or self._name()
+        self.nodes.append(Node(op, f"{self.prefix}_{op}{len(self.nodes)}", tuple(inputs),
+                               (out,), tuple(sorted(attrs.items()))))
+        self.types[out] = TensorType(np.dtype(dtype), None)
+        return out
+
+    def centred(self, x: str, zero: str, column: int = 0) -> str:
+        """``int32(x) - int32(zero)``; a 1-D ``zero`` of more than one element gets
+        ``column`` trailing unit dimensions (per-row or per-channel zero points)."""
+        xv = self.value(x)
+        zv = self.value(zero) if zero else np.zeros((), np.int32)
+        if zv is not None:
+            zv = zv.astype(np.int32)
+            if zv.ndim == 1 and zv.size > 1:
+                zv = zv.reshape((-1,) + (1,) * column)
+            if xv is not None:
+                return self.const(xv.astype(np.int32) - zv)
+        x32 = self.op("Cast", [x], np.int32, to=I32)
+        if zero and zv is None:
+            zt = self.g.type_of(zero)
+            z32 = self.op("Cast", [zero], np.int32, to=I32)
+            if zt is not None and zt.rank == 1 and column:
+                z32 = self.op("Unsqueeze", [z32, self.const(np.arange(1, column + 1))],
+                              np.int32)
+            return self.op("Sub", [x32, z32], np.int32)
+        if zv is not None and zv.any():
+            return self.op("Sub", [x32, self.const(zv)], np.int32)
+        return x32
+
+    def multiplier(self, sa: str, sb: str, sy: str, column: int) -> str:
+        """``sa * sb / sy`` in float32, a 1-D ``sb`` (per output channel) read along
+        ``column`` trailing unit dimensions; ``sa`` may be per row (QLinearMatMul)."""
+        va, vb, vy = self.value(sa), self.value(sb), self.value(sy)
+        if va is not None and vb is not None and vy is not None:
+            va = va.reshape(-1, 1) if va.ndim == 1 and va.size > 1 else va
+            vb = vb.reshape((-1,) + (1,) * column) if vb.ndim == 1 and vb.size > 1 else vb
+            return self.const((va.astype(np.float32) * vb.astype(np.float32)) /
+                              vy.astype(np.float32))
+        if column and vb is not None and vb.ndim == 1 and vb.size > 1:
+            sb = self.const(vb.reshape((-1,) + (1,) * column))
+        return self.op("Div", [self.op("Mul", [sa, sb], np.float32), sy], np.float32)
+
+    def requantised(self, acc: str, mult: str, zero: str) -> None:
+        """The node's output: ``QuantizeLinear(float(acc) * mult, 1, zero)``."""
+        f = self.op("Mul", [self.op("Cast", [acc], np.float32, to=F32), mult], np.float32)
+        zt = self.g.type_of(zero) if zero else None
+        self.op("QuantizeLinear", [f, self.const(np.float32(1.0)), zero],
+                zt.dtype if zt is not None else np.uint8, out=self.node.outputs[0])
+
+    def product(self, op: str, a: tuple, b: tuple, out: str | None = None,
+                attrs: tuple = ()) -> str:
+        """``op`` (MatMul or Conv) of the centred operands ``a`` and ``b`` ((value, zero
+        point, trailing dimensions of a 1-D zero point))."""
+        ca, cb = self.centred(*a), self.centred(*b)
+        out = out or self._name()
+        self.nodes.append(Node(op, f"{self.prefix}_{op}{len(self.nodes)}", (ca, cb), (out,),
+                               attrs))
+        self.types[out] = TensorType(np.dtype(np.int32), None)
+        return out
+
+
+def _matmul_integer(r: _Rewrite) -> None:
+    r.product("MatMul", (r.input(0), r.input(2), 1), (r.input(1), r.input(3), 0),
+              out=r.node.outputs[0])
+
+
+def _conv_integer(r: _Rewrite) -> None:
+    w = r.g.type_of(r.input(1))
+    nd = (w.rank - 1) if w is not None and w.rank else 3
+    r.product("Conv", (r.input(0), r.input(2), 0), (r.input(1), r.input(3), nd),
+              out=r.node.outputs[0], attrs=r.node.attrs)
+
+
+def _qlinear_matmul(r: _Rewrite) -> None:
+    a, sa, za, b, sb, zb, sy, zy = (r.input(k) for k in range(8))
+    acc = r.product("MatMul", (a, za, 1), (b, zb, 0))
+    r.requantised(acc, r.multiplier(sa, sb, sy, 0), zy)
+
+
+def _qlinear_conv(r: _Rewrite) -> None:
+    x, sx, zx, w, sw, zw, sy, zy = (r.input(k) for k in range(8))
+    t = r.g.type_of(w)
+    nd = (t.rank - 1) if t is not None and t.rank else 3
+    acc = r.product("Conv", (x, zx, 0), (w, zw, nd), attrs=r.node.attrs)
+    bias = r.input(8)
+    if bias:
+        bv = r.value(bias)
+        b = r.const(bv.astype(np.int32).reshape((-1,) + (1,) * (nd - 1))) \
+            if bv is not None else r.op("Unsqueeze", [bias, r.const(np.arange(1, nd))],
+                                        np.int32)
+        acc = r.op("Add", [acc, b], np.int32)
+    r.requantised(acc, r.multiplier(sx, sw, sy, nd - 1), zy)
+
+
+_REWRITES = {"MatMulInteger": _matmul_integer, "ConvInteger": _conv_integer,
+             "QLinearMatMul": _qlinear_matmul, "QLinearConv": _qlinear_conv}
+
+
+def decompose(g: Graph) -> Graph:
+    """Every integer product of the graph written as int32 ops (see the module)."""
+    if not any(n.op in _REWRITES and not n.domain for n in g.nodes):
+        return g
+    nodes, consts, types = [], dict(g.constants), dict(g.types)
+    for n in g.nodes:
+        fn = _REWRITES.get(n.op) if not n.domain else None
+        if fn is None:
+            nodes.append(n)
+            continue
+        r = _Rewrite(g, n)
+        fn(r)
+        nodes += r.nodes
+        consts.update(r.consts)
+        types.update(r.types)
+    return g.replace(nodes=tuple(nodes), constants=consts, types=types)
+
+
+def _per_axis(node: Node, p: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A scale or zero point broadcast to ``x``: per tensor, per axis or per block."""
+    if p.size == 1:
+        return p.reshape(())
+    axis = node.attr("axis", 1) % x.ndim
+    block = node.attr("block_size", 0) or 0
+    if block:
+        return np.repeat(p, block, axis=axis)[tuple(slice(0, d) for d in x.shape)]
+    return p.reshape((-1,) + (1,) * (x.ndim - axis - 1))
+
+
+def fold_dequantize(node: Node, values: list):
+    """DequantizeLinear of constants (a quantised model's weights), as the lowering
+    computes it (onnx's reference has no implementation before opset 19)."""
+    x, s = values[0], values[1]
+    if x.dtype.kind not in "iu" or s.dtype.kind != "f" or x.dtype.itemsize > 4:
+        return None
+    d = x.astype(np.int32)
+    if len(values) > 2 and values[2] is not None:
+        d = d - _per_axis(node, values[2], x).astype(np.int32)
+    return [d.astype(s.dtype) * _per_axis(node, s, x)]

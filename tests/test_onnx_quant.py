@@ -1,0 +1,202 @@
+"""Quantised models: QuantizeLinear/DequantizeLinear (ops/quant.py), the integer products
+written as int32 ops (graph/quantised.py), and whole models quantised by onnxruntime's own
+tools, each against onnxruntime."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import polytc
+from polytc.diagnostics import UnsupportedError
+
+from .onnx_check import reference
+from .test_onnx_movement_ops import _model, check, run_model
+
+ort = pytest.importorskip("onnxruntime")
+U8, I8 = np.uint8, np.int8
+
+
+def _ints(shape, dtype, seed=0):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def _floats(*shape, seed=0, scale=3.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+# --- QuantizeLinear / DequantizeLinear -------------------------------------------------------
+@pytest.mark.parametrize("zdtype", [U8, I8, np.int16, np.uint16])
+def test_quantize_per_tensor_ties_and_saturation(zdtype):
+    """Halfway quotients round to even; values past the type's range saturate."""
+    x = np.array([0.0, 2.0, -3.0, -2.5, 1.34, 0.5, 1.5, 2.5, -0.5, 1e6, -1e6, 255.5],
+                 np.float32)
+    zero = np.array(3 if np.iinfo(zdtype).min == 0 else -3, zdtype)
+    check("QuantizeLinear", [x, np.float32(0.5), zero], consts=(1, 2), opset=21)
+    check("QuantizeLinear", [x, np.float32(5 / 255), zero], consts=(1, 2), opset=21)
+
+
+def test_quantize_per_axis_and_blocked():
+    x = _floats(2, 6, 4)
+    check("QuantizeLinear", [x, np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], np.float32),
+                             np.array([0, 1, 2, -1, -2, 5], I8)], consts=(1, 2), axis=1,
+          opset=21)
+    check("QuantizeLinear", [x, np.abs(_floats(2, 6, 2, seed=1)) + 0.1,
+                             _ints((2, 6, 2), I8, seed=2)], consts=(1, 2), axis=2,
+          block_size=2, opset=21)
+
+
+def test_quantize_default_type_is_uint8():
+    x = _floats(3, 4)
+    got = check("QuantizeLinear", [x, np.float32(0.05)], consts=(1,), opset=21)
+    assert got[0].dtype == np.uint8
+
+
+@pytest.mark.parametrize("xdtype", [U8, I8, np.int32])
+def test_dequantize(xdtype):
+    x = _ints((2, 5, 3), xdtype)
+    zero = _ints((5,), xdtype, seed=1) if xdtype != np.int32 else np.zeros(5, np.int32)
+    check("DequantizeLinear", [x, np.linspace(0.01, 0.1, 5).astype(np.float32), zero],
+          consts=(1, 2), axis=1, opset=21)
+    check("DequantizeLinear", [x, np.float32(0.02)], consts=(1,), opset=21)
+
+
+def test_dynamic_quantize_linear():
+    x = _floats(4, 33)
+    check("DynamicQuantizeLinear", [x], n_out=3, opset=21)
+
+
+def _compile_one(op, x, consts, opset=21, **attrs):
+    names = ["x"] + list(consts)
+    m = _model([helper.make_node(op, names, ["y"], **attrs)], {"x": x}, ["y"], consts,
+               opset=opset)
+    return polytc.onnx.compile(m).run(None, {"x": x})
+
+
+def test_quantize_errors():
+    x = _floats(2, 3)
+    with pytest.raises(polytc.ModelError, match=r"scale of shape \[4\].*expected one "
+                                               r"element, or 3 along axis 1"):
+        _compile_one("QuantizeLinear", x, {"s": np.ones(4, np.float32),
+                                           "z": np.zeros(4, U8)})
+    with pytest.raises(UnsupportedError, match="quantising to int32 is not supported"):
+        _compile_one("QuantizeLinear", x, {"s": np.float32(1.0)},
+                     output_dtype=onnx.TensorProto.INT32)
+
+
+# --- integer products ------------------------------------------------------------------------
+@pytest.mark.parametrize("b_const", [True, False])
+def test_matmul_integer(b_const):
+    """Per-column zero points of B, constant or fed at run time, batched A."""
+    a, b = _ints((2, 5, 7), U8), _ints((7, 6), I8, seed=1)
+    az, bz = np.array(120, U8), _ints((6,), I8, seed=2)
+    consts = (1, 2, 3) if b_const else (2, 3)
+    check("MatMulInteger", [a, b, az, bz], consts=consts)
+
+
+def test_matmul_integer_per_row_zero_point():
+    """A 1-D zero point of A is one per row (against numpy: onnxruntime and onnx's
+    reference take scalars only)."""
+    a, b, az = _ints((4, 7), U8), _ints((7, 3), U8, seed=1), _ints((4,), U8, seed=2)
+    y = _compile_one("MatMulInteger", a, {"b": b, "az": az, "bz": np.array(7, U8)})[0]
+    np.testing.assert_array_equal(y, (a.astype(np.int32) - az[:, None]) @
+                                  (b.astype(np.int32) - 7))
+
+
+@pytest.mark.parametrize("attrs", [{}, {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                   {"group": 2, "pads": [0, 1, 0, 1]}])
+def test_conv_integer(attrs):
+    """The padding is the input's zero point (zero after centring)."""
+    x, w = _ints((1, 4, 7, 6), U8), _ints((6, 4 // attrs.get("group", 1), 3, 3), U8, seed=1)
+    check("ConvInteger", [x, w, np.array(131, U8), np.array(3, U8)], consts=(1, 2, 3),
+          **attrs)
+
+
+def test_qlinear_matmul():
+    a, b = _ints((3, 8), U8), _ints((8, 5), I8, seed=1)
+    check("QLinearMatMul", [a, np.float32(0.02), np.array(128, U8), b,
+                            np.linspace(0.01, 0.03, 5).astype(np.float32), np.array(0, I8),
+                            np.float32(0.05), np.array(100, U8)], consts=(1, 2, 4, 5, 6, 7))
+
+
+def test_qlinear_conv_per_channel_with_bias():
+    x, w = _ints((1, 3, 6, 6), U8), _ints((4, 3, 3, 3), I8, seed=1)
+    bias = np.array([100, -50, 0, 2000], np.int32)
+    check("QLinearConv", [x, np.float32(0.02), np.array(128, U8), w,
+                          np.array([0.01, 0.02, 0.005, 0.03], np.float32),
+                          np.zeros(4, I8), np.float32(0.1), np.array(10, U8), bias],
+          consts=(1, 2, 3, 4, 5, 6, 7, 8), pads=[1, 1, 1, 1])
+
+
+def test_constant_weights_fold_to_int32():
+    """A constant operand and its zero point become one centred int32 constant: the
+    product's program reads no uint8 weight and casts nothing of it."""
+    a, b = _ints((2, 16), U8), _ints((16, 8), U8, seed=1)
+    m = _model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+               {"a": a}, ["y"], {"b": b, "az": np.array(3, U8), "bz": np.array(5, U8)})
+    run_model(m, {"a": a})
+    sess = polytc.onnx.compile(m)
+    g = sess.graph
+    centred = [v for v in g.constants.values() if v.dtype == np.int32 and v.shape == (16, 8)]
+    assert len(centred) == 1
+    np.testing.assert_array_equal(centred[0], b.astype(np.int32) - 5)
+    assert [n.op for n in g.nodes] == ["Cast", "Sub", "MatMul"]
+
+
+def test_hand_written_quantised_gemm():
+    """The language has the types a kernel author needs for a quantised GEMM."""
+    k = polytc.tc("""
+    def qgemm(uint8(M, K) A, int8(K, N) B, int32 za) -> (int32(M, N) C) {
+        C(i, j) +=! (int32(A(i, k)) - za) * int32(B(k, j))
+    }""")
+    a, b = _ints((5, 9), U8), _ints((9, 4), I8, seed=1)
+    c = k(a, b, np.int32(128))
+    np.testing.assert_array_equal(c, (a.astype(np.int64) - 128) @ b.astype(np.int64))
+
+
+# --- whole models quantised by onnxruntime ---------------------------------------------------
+def _quantised(model, tmp_path, static=False):
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_dynamic, quantize_static)
+
+    src, dst = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
+    onnx.save(model, src)
+    if not static:
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        return onnx.load(dst)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.left = [polytc.graph.examples.example_inputs(model, seed=s)
+                         for s in range(4)]
+
+        def get_next(self):
+            return self.left.pop() if self.left else None
+
+    quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    return onnx.load(dst)
+
+
+@pytest.mark.parametrize("name,static", [("mlp", False), ("small_cnn", False),
+                                         ("small_cnn", True), ("transformer", False)])
+def test_quantised_models(name, static, tmp_path):
+    """Models quantised by onnxruntime.quantization (dynamic: DynamicQuantizeLinear,
+    MatMulInteger, ConvInteger; static: QuantizeLinear/DequantizeLinear pairs) give
+    onnxruntime's int8 results (up to a float rounding that moves a quantised activation
+    by one step: far below the quantisation error itself)."""
+    from polytc.graph import examples as ex
+
+    model = {"mlp": lambda: ex.mlp(4), "small_cnn": lambda: ex.small_cnn(2),
+             "transformer": lambda: ex.transformer_layer(1, 16, 32, 2, 64)}[name]()
+    q = _quantised(model, tmp_path, static)
+    ops = {n.op_type for n in q.graph.node}
+    assert ops & {"MatMulInteger", "ConvInteger", "QuantizeLinear"}
+    feeds = ex.example_inputs(q, seed=0)
+    want = reference(q, feeds)[0]
+    exact = reference(model, feeds)[0]
+    got = polytc.onnx.compile(q).run(None, feeds)[0]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    error = np.abs(want - exact).mean()  # what quantising costs
+    assert np.abs(got - want).mean() <= 0.05 * error + 1e-6
