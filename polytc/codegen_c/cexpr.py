@@ -201,7 +201,9 @@ class ExprPrinter:
             v = self.vars[e.name]
             return f"({v})" if subscript else f"((int32_t)({v}))"
         if isinstance(e, P.Size):
-            return str(self.env[e.name])
+            v = self.env[e.name]  # a symbolic size is a C long: in a value, of its type
+            return f"(({e.dtype.c_name})({v}))" if isinstance(v, str) and not subscript \
+                else str(v)
         if isinstance(e, P.Read):
             text, ctype = self.read(e), e.dtype.c_name
             if id(e) in self.vector_reads:

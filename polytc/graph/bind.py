@@ -50,6 +50,12 @@ def unsupported_ops(g: Graph) -> list:
 
 def check_supported(g: Graph) -> None:
     bad = unsupported_ops(g)
+    for n in bad:
+        if n.op == "If" and not n.domain:  # not inlined (passes.inline_ifs)
+            raise UnsupportedError(
+                f"node {n.label}: input 0 ('{n.inputs[0]}') must be known at compile time "
+                "(a constant, or computed from initialisers): polytc runs the branch it "
+                "selects, inlined")
     if bad:
         kinds: dict = {}
         for n in bad:

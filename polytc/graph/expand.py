@@ -8,7 +8,8 @@ polytc has no lowering for, but that has such a body for the model's opset, is r
 by its body before the graph is imported (every name of the body prefixed by the node's
 own, attribute references resolved), and the body's ops are lowered as any others, so
 they fuse and schedule with their neighbours.  Bodies that use further function ops are
-expanded in turn.
+expanded in turn; a branch of a body's ``If`` is renamed like the body (``passes.
+inline_ifs`` inlines it when the condition is constant).
 """
 from __future__ import annotations
 
@@ -100,12 +101,31 @@ def _rename(body_node: onnx.NodeProto, names, attrs: dict, name: str) -> onnx.No
                 new.CopyFrom(attrs[a.ref_attr_name])
                 new.name = a.name
                 out.attribute.append(new)
-        elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        elif a.type == onnx.AttributeProto.GRAPH:  # a branch (If): its names likewise
+            new = onnx.AttributeProto()
+            new.CopyFrom(a)
+            new.g.CopyFrom(_rename_graph(a.g, names, attrs, name))
+            out.attribute.append(new)
+        elif a.type == onnx.AttributeProto.GRAPHS:
             raise UnsupportedError(f"node {name}: the ONNX function body of its op uses "
-                                   f"{body_node.op_type} (control flow), which polytc "
-                                   "does not support")
+                                   f"{body_node.op_type} with several subgraphs, which "
+                                   "polytc does not expand")
         else:
             out.attribute.append(a)
+    return out
+
+
+def _rename_graph(g: onnx.GraphProto, names, attrs: dict, name: str) -> onnx.GraphProto:
+    """A subgraph of a body with every value named as ``names`` names the body's."""
+    out = onnx.GraphProto()
+    out.CopyFrom(g)
+    del out.node[:]
+    out.node.extend(_rename(n, names, attrs, f"{name}__{n.op_type}_{k}")
+                    for k, n in enumerate(g.node))
+    for vi in list(out.input) + list(out.output) + list(out.value_info):
+        vi.name = names(vi.name)
+    for t in out.initializer:
+        t.name = names(t.name)
     return out
 
 

@@ -104,7 +104,27 @@ def prepare(model: onnx.ModelProto, where: str, own: bool = False) -> onnx.Model
                              hint="re-export the model with opset 13 or later") from None
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
-    return _expanded(_infer(model, where), where)
+    model = _expanded(_infer(model, where), where)
+    return _resize10(model) if opset < 11 else model
+
+
+def _resize10(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The Resize nodes of a model converted from before opset 11, which were Upsample or
+    Resize-10, back to Upsample (with its scales): onnx's converter writes Resize-13 with
+    that version's default coordinates (half_pixel), where the old ops meant asymmetric
+    ones and their own nearest rounding (ops/resize.py).  After shape inference: no
+    opset of 13 or later has Upsample."""
+    for n in model.graph.node:
+        if n.op_type == "Resize" and n.domain in ("", "ai.onnx") and len(n.input) > 2 and \
+                n.input[2] and (len(n.input) < 4 or not n.input[3]):
+            scales = n.input[2]
+            n.op_type = "Upsample"
+            del n.input[1:]
+            n.input.append(scales)
+            keep = [a for a in n.attribute if a.name == "mode"]
+            del n.attribute[:]
+            n.attribute.extend(keep)
+    return model
 
 
 def _expanded(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
@@ -210,6 +230,20 @@ def _attr(a):
     return v
 
 
+def nodes_of(g: onnx.GraphProto, prefix: str = "") -> list:
+    """The ``Node``s of ``g``, each named (``prefix`` + its name, or its op and position)
+    uniquely."""
+    nodes, seen = [], set()
+    for k, n in enumerate(g.node):
+        name = prefix + (n.name or f"{n.op_type}_{k}")
+        if name in seen:
+            name = f"{name}_{k}"
+        seen.add(name)
+        attrs = tuple(sorted((a.name, _attr(a)) for a in n.attribute))
+        nodes.append(Node(n.op_type, name, tuple(n.input), tuple(n.output), attrs, n.domain))
+    return nodes
+
+
 def to_graph(model: onnx.ModelProto, where: str = "<model>") -> Graph:
     """The ``Graph`` of a loaded model (``prepare`` it first)."""
     g = model.graph
@@ -227,14 +261,7 @@ def to_graph(model: onnx.ModelProto, where: str = "<model>") -> Graph:
         t = _type(vi.type, vi.name, where)
         if t is not None:
             types[vi.name] = t
-    nodes, seen = [], set()
-    for k, n in enumerate(g.node):
-        name = n.name or f"{n.op_type}_{k}"
-        if name in seen:
-            name = f"{name}_{k}"
-        seen.add(name)
-        attrs = tuple(sorted((a.name, _attr(a)) for a in n.attribute))
-        nodes.append(Node(n.op_type, name, tuple(n.input), tuple(n.output), attrs, n.domain))
+    nodes = nodes_of(g)
     inputs = tuple(i.name for i in g.input if i.name not in constants)
     for i in g.input:
         if i.name in inputs and i.name not in types:
