@@ -34,24 +34,17 @@ from __future__ import annotations
 import itertools
 import math
 
-from .nn import _float_only, _padded
+from .nn import _float_only, _kernel, _padded, _window_attrs
 from .registry import idx, literal, op
 
 
 def _geometry(ctx, spatial, kernel):
     """Strides, dilations, begin pads and output sizes of a transposed convolution."""
     nd = len(spatial)
-    strides = list(ctx.attr("strides", None) or [1] * nd)
-    dil = list(ctx.attr("dilations", None) or [1] * nd)
+    strides, dil, auto = _window_attrs(ctx, nd, kernel)
     adj = list(ctx.attr("output_padding", None) or [0] * nd)
-    auto = ctx.attr("auto_pad", "NOTSET")
-    if isinstance(auto, bytes):
-        auto = auto.decode()
-    if len(strides) != nd or len(dil) != nd or len(adj) != nd:
-        ctx.fail(f"strides {strides}, dilations {dil} or output_padding {adj} do not "
-                 f"match {nd} spatial dimension(s)")
-    if any(s < 1 for s in strides) or any(d < 1 for d in dil):
-        ctx.fail("strides and dilations must be positive")
+    if len(adj) != nd:
+        ctx.fail(f"output_padding {adj} does not match {nd} spatial dimension(s)")
     if any(a < 0 or (a >= s and a >= d) for a, s, d in zip(adj, strides, dil)):
         ctx.fail(f"output_padding {adj} must be less than the strides {strides} or "
                  f"the dilations {dil}")
@@ -88,10 +81,7 @@ def _conv_transpose(ctx):
     nd = x.rank - 2
     N, C = x.shape[:2]
     Cw, Mg = w.shape[:2]
-    kernel = list(w.shape[2:])
-    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
-        ctx.fail(f"kernel_shape {list(ctx.attr('kernel_shape'))} differs from the weights' "
-                 f"{kernel}")
+    kernel = _kernel(ctx, w)
     group = ctx.attr("group", 1)
     if group < 1 or C != Cw or C % group:
         ctx.fail(f"{C} input channels and weights for {Cw} do not make {group} group(s)")

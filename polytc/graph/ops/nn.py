@@ -217,10 +217,19 @@ def _einsum(ctx):
 
 
 # --- windows: Conv and pooling ------------------------------------------------------------
-def _window(ctx, spatial, kernel, ceil_mode=False):
-    """Strides, dilations, begin pads and output sizes of a sliding window over the
-    spatial dimensions ``spatial`` (``auto_pad``, ``pads``, ``ceil_mode`` as ONNX says)."""
-    nd = len(spatial)
+def _kernel(ctx, w) -> list:
+    """The spatial extents of a convolution's weights ``w``, checked against
+    ``kernel_shape``."""
+    kernel = list(w.shape[2:])
+    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
+        ctx.fail(f"kernel_shape {list(ctx.attr('kernel_shape'))} differs from the weights' "
+                 f"{kernel}")
+    return kernel
+
+
+def _window_attrs(ctx, nd, kernel):
+    """``strides``, ``dilations`` and ``auto_pad`` of a window of ``kernel`` over ``nd``
+    spatial dimensions, checked."""
     strides = list(ctx.attr("strides", None) or [1] * nd)
     dil = list(ctx.attr("dilations", None) or [1] * nd)
     auto = ctx.attr("auto_pad", "NOTSET")
@@ -231,6 +240,14 @@ def _window(ctx, spatial, kernel, ceil_mode=False):
                  f"match {nd} spatial dimension(s)")
     if any(s < 1 for s in strides) or any(d < 1 for d in dil):
         ctx.fail("strides and dilations must be positive")
+    return strides, dil, auto
+
+
+def _window(ctx, spatial, kernel, ceil_mode=False):
+    """Strides, dilations, begin pads and output sizes of a sliding window over the
+    spatial dimensions ``spatial`` (``auto_pad``, ``pads``, ``ceil_mode`` as ONNX says)."""
+    nd = len(spatial)
+    strides, dil, auto = _window_attrs(ctx, nd, kernel)
     span = [d * (k - 1) + 1 for d, k in zip(dil, kernel)]
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         out = [-(-n // s) for n, s in zip(spatial, strides)]
@@ -323,10 +340,7 @@ def _conv(ctx):
     nd = x.rank - 2
     N, C = x.shape[:2]
     M, Cg = w.shape[:2]
-    kernel = list(w.shape[2:])
-    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
-        ctx.fail(f"kernel_shape {list(ctx.attr('kernel_shape'))} differs from the weights' "
-                 f"{kernel}")
+    kernel = _kernel(ctx, w)
     group = ctx.attr("group", 1)
     if group < 1 or C != Cg * group or M % group:
         ctx.fail(f"{C} input channels, {M} filters of {Cg} channels do not make "
