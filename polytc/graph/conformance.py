@@ -262,8 +262,10 @@ def markdown_table(table: dict) -> str:
 
 #: how docs/onnx.md titles the modules of ``polytc.graph.ops``
 KIND_TITLES = {"elementwise": "Elementwise", "movement": "Data movement and shapes",
-               "nn": "Contractions and pooling", "reduce": "Reductions and normalisations",
-               "rnn": "Recurrent"}
+               "indexing": "Indexing by data", "nn": "Contractions and pooling",
+               "deconv": "Transposed convolution", "resize": "Resizing",
+               "reduce": "Reductions and normalisations", "scan": "Scans",
+               "quant": "Quantisation", "rnn": "Recurrent"}
 
 
 def ops_markdown() -> str:

@@ -1,6 +1,6 @@
 """Reductions along axes: the Reduce* ops, ArgMax/ArgMin, Softmax, LogSoftmax, Hardmax
 and the normalisations (BatchNormalization, LayerNormalization, InstanceNormalization,
-GroupNormalization).  Registered through ``nn.py``.
+GroupNormalization, LpNormalization, LRN).
 
 Conventions: index ``i{d}`` names dimension ``d`` of the input, ``r{d}`` the reduction
 over it.  A reduction always writes a *compact* result, indexed by the kept dimensions
@@ -338,3 +338,50 @@ def _batchnorm(ctx):
     ctx.emit(t, ["i0"], f"{bias('i0')} - {mean('i0')} * {s('i0')}")
     i = idx(x.rank)
     ctx.emit(y, i, f"{x(*i)} * {s('i1')} + {t('i1')}")
+
+
+@op("LpNormalization")
+def _lpnorm(ctx):
+    x = ctx.input(0)
+    _float_only(ctx, x)
+    p = int(ctx.attr("p", 2))
+    if p not in (1, 2):
+        ctx.fail(f"p = {p}: LpNormalization takes p = 1 or 2")
+    r = _Red(x, [_axis(ctx, ctx.attr("axis", -1), x.rank)])
+    y = ctx.out(0, x.shape, x.dtype)
+    ctx.result.kind = "reduction"
+    if y.size == 0:
+        return
+    norm = r.temp(ctx)
+    ctx.emit(norm, r.lhs, f"fabs({r.read})" if p == 1 else f"{r.read} * {r.read}", "+=!",
+             r.ranges)
+    n, zero = r.at(norm), literal(0, x.dtype)
+    # a zero norm (all of the slice is zero) gives zeros
+    ctx.emit(y, r.i, f"{n} == {zero} ? {zero} : {x(*r.i)} / {n if p == 1 else f'sqrt({n})'}")
+
+
+@op("LRN")
+def _lrn(ctx):
+    """Y = X / (bias + alpha / size * S) ^ beta, S the sum of squares over the channels
+    from c - floor((size - 1) / 2) to c + ceil((size - 1) / 2), clipped to the axis."""
+    x = ctx.input(0)
+    _float_only(ctx, x)
+    size = int(ctx.attr("size", 0))
+    if size < 1:
+        ctx.fail(f"size must be positive, not {size}")
+    if x.rank < 2:
+        ctx.fail(f"the input must be (N, C, D...), not {list(x.shape)}")
+    y = ctx.out(0, x.shape, x.dtype)
+    ctx.result.kind = "reduction"
+    if y.size == 0:
+        return
+    i, C, before = idx(x.rank), x.shape[1], (size - 1) // 2
+    sq = ctx.temp(x.shape, x.dtype)
+    read = x(i[0], "r", *i[2:])
+    ctx.emit(sq, i, f"{read} * {read}", "+=!",
+             {"r": (f"max(0, i1 - {before})", f"min({C}, i1 + {size - before})")})
+    dt = x.dtype
+    scale, bias = literal(float(ctx.attr("alpha", 1e-4)) / size, dt), \
+        literal(float(ctx.attr("bias", 1.0)), dt)
+    ctx.emit(y, i, f"{x(*i)} / pow({bias} + {scale} * {sq(*i)}, "
+                   f"{literal(float(ctx.attr('beta', 0.75)), dt)})")
