@@ -37,6 +37,7 @@ from collections import defaultdict
 import numpy as np
 
 from .expand import BUILTIN_OPS
+from .quantised import _REWRITES
 
 #: ops whose outputs are random
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -285,20 +286,40 @@ def ops_markdown() -> str:
         lines.append(f"* **{KIND_TITLES.get(k, k)}** ({len(kinds[k])}): {ops}")
     bodies = function_ops()
     lines += ["", f"{len(bodies)} more op types run as their ONNX function bodies "
-              "(graph/expand.py): " + ", ".join(f"`{o}`" for o in bodies)]
+              "(graph/expand.py): " + ", ".join(f"`{o}`" for o in bodies),
+              "", f"{len(_REWRITES)} more are rewritten into int32 ops before lowering "
+              "(graph/quantised.py): " + ", ".join(f"`{o}`" for o in sorted(_REWRITES))]
     return "\n".join(lines) + "\n"
 
 
+#: function ops whose body loops (Scan), though not for function_ops' stand-in inputs
+LOOPING = {"LinearAttention"}
+
+
 def function_ops() -> list:
-    """The ops of the default domain that polytc runs as their ONNX function body."""
+    """The ops of the default domain that polytc runs as their ONNX function body: not
+    the random ones, nor those whose body (built for float inputs) loops."""
     import onnx
 
-    from .expand import expandable
+    from .expand import expand_node, expandable
 
     newest = onnx.defs.onnx_opset_version()
-    return sorted({s.name for s in onnx.defs.get_all_schemas_with_history()
-                   if s.domain in ("", "ai.onnx") and not s.deprecated and
-                   expandable(onnx.helper.make_node(s.name, [], []), newest)})
+    out = set()
+    for s in onnx.defs.get_all_schemas_with_history():
+        node = onnx.helper.make_node(s.name, [f"x{k}" for k in range(len(s.inputs))],
+                                     [f"y{k}" for k in range(len(s.outputs))])
+        if s.domain not in ("", "ai.onnx") or s.deprecated or s.name in RANDOM_OPS or \
+                not expandable(node, newest):
+            continue
+        floats = onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, [None] * 4)
+        try:
+            body = expand_node(node, newest, {i: floats for i in node.input})
+        except Exception:  # noqa: BLE001 - a body that needs other inputs (SequenceMap)
+            continue
+        # (some context-dependent bodies are empty for these stand-in inputs)
+        if s.name not in LOOPING and not any(n.op_type in ("Loop", "Scan") for n in body):
+            out.add(s.name)
+    return sorted(out)
 
 
 def update_docs(path: str, table: dict | None) -> None:
