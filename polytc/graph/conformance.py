@@ -37,7 +37,7 @@ from collections import defaultdict
 import numpy as np
 
 from .expand import BUILTIN_OPS
-from .quantised import _REWRITES
+from .quantised import _MS_REWRITES, _REWRITES
 
 #: ops whose outputs are random
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -288,7 +288,9 @@ def ops_markdown() -> str:
     lines += ["", f"{len(bodies)} more op types run as their ONNX function bodies "
               "(graph/expand.py): " + ", ".join(f"`{o}`" for o in bodies),
               "", f"{len(_REWRITES)} more are rewritten into int32 ops before lowering "
-              "(graph/quantised.py): " + ", ".join(f"`{o}`" for o in sorted(_REWRITES))]
+              "(graph/quantised.py): " + ", ".join(f"`{o}`" for o in sorted(_REWRITES)) +
+              "; and onnxruntime's QOperator ops: " +
+              ", ".join(f"`com.microsoft.{o}`" for o in sorted(_MS_REWRITES))]
     return "\n".join(lines) + "\n"
 
 

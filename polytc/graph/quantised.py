@@ -9,6 +9,12 @@ before the other graph passes (so constant weights fold once, and the rest fuses
 * ``QLinearMatMul`` and ``QLinearConv`` are the same products, plus QLinearConv's int32
   bias, requantised as onnxruntime does: ``QuantizeLinear(float(acc) * (sa * sb / sy),
   1, y0)`` (the multiplier computed in float32).
+* onnxruntime's QOperator contrib ops (``com.microsoft``, from ``quantize_static``):
+  ``QGemm`` likewise; ``QLinearAdd``, ``QLinearMul``, ``QLinearAveragePool``,
+  ``QLinearGlobalAveragePool``, ``QLinearSigmoid``, ``QLinearLeakyRelu``,
+  ``QLinearSoftmax``, ``QLinearConcat`` as their float op between DequantizeLinear and
+  QuantizeLinear (onnxruntime computes them in float too; NHWC ``channels_last`` is
+  refused).
 
 With a constant operand (the weights) and constant zero points, the centred int32
 operand is computed here, once.  ``QuantizeLinear``/``DequantizeLinear`` themselves are
@@ -148,17 +154,89 @@ def _qlinear_conv(r: _Rewrite) -> None:
     r.requantised(acc, r.multiplier(sx, sw, sy, nd - 1), zy)
 
 
+def _qgemm(r: _Rewrite) -> None:
+    """com.microsoft.QGemm: ``alpha * A' B' + C`` (C int32, at scale ``sa * sb``),
+    requantised when the output's scale is given, else float."""
+    a, sa, za, b, sb, zb, bias, sy, zy = (r.input(k) for k in range(9))
+    if r.node.attr("transA", 0):
+        a = r.op("Transpose", [a], r.g.type_of(a).dtype if r.g.type_of(a) else np.uint8)
+    if r.node.attr("transB", 0):
+        bv = r.value(b)
+        b = r.const(bv.T) if bv is not None else \
+            r.op("Transpose", [b], r.g.type_of(b).dtype if r.g.type_of(b) else np.int8)
+    acc = r.product("MatMul", (a, za, 1), (b, zb, 0))
+    if bias:
+        acc = r.op("Add", [acc, bias], np.int32)
+    alpha = r.const(np.float32(r.node.attr("alpha", 1.0)))
+    scale = r.op("Mul", [r.op("Mul", [sa, sb], np.float32), alpha], np.float32)
+    if sy:
+        r.requantised(acc, r.op("Div", [scale, sy], np.float32), zy)
+    else:
+        f = r.op("Cast", [acc], np.float32, to=F32)
+        r.op("Mul", [f, scale], np.float32, out=r.node.outputs[0])
+
+
+def _through_float(op: str, operands: int, drop=("channels_last", "opset")):
+    """onnxruntime's QLinear* op of ``operands`` quantised inputs ``(x, scale, zero)``
+    then the output's ``(scale, zero)``: ``op`` on the dequantised inputs, quantised
+    (onnxruntime computes them in float too)."""
+    def rewrite(r: _Rewrite) -> None:
+        xs = [r.op("DequantizeLinear", [r.input(3 * k), r.input(3 * k + 1),
+                                        r.input(3 * k + 2)], np.float32)
+              for k in range(operands)]
+        attrs = {k: v for k, v in r.node.attrs if k not in drop}
+        f = r.op(op, xs, np.float32, **attrs)
+        _quantise(r, f, r.input(3 * operands), r.input(3 * operands + 1))
+    return rewrite
+
+
+def _qconcat(r: _Rewrite) -> None:
+    """com.microsoft.QLinearConcat(y_scale, y_zero, (x, scale, zero)...)."""
+    ins = r.node.inputs
+    xs = [r.op("DequantizeLinear", list(ins[k:k + 3]), np.float32)
+          for k in range(2, len(ins) - 2, 3)]
+    f = r.op("Concat", xs, np.float32, axis=r.node.attr("axis", 0))
+    _quantise(r, f, ins[0], ins[1])
+
+
+def _quantise(r: _Rewrite, f: str, scale: str, zero: str) -> None:
+    zt = r.g.type_of(zero) if zero else None
+    r.op("QuantizeLinear", [f, scale, zero], zt.dtype if zt is not None else np.uint8,
+         out=r.node.outputs[0])
+
+
 _REWRITES = {"MatMulInteger": _matmul_integer, "ConvInteger": _conv_integer,
              "QLinearMatMul": _qlinear_matmul, "QLinearConv": _qlinear_conv}
+#: onnxruntime's QOperator format (quantize_static): its contrib ops
+_MS = "com.microsoft"
+_MS_REWRITES = {
+    "QGemm": _qgemm, "QLinearConcat": _qconcat,
+    "QLinearAdd": _through_float("Add", 2), "QLinearMul": _through_float("Mul", 2),
+    "QLinearAveragePool": _through_float("AveragePool", 1),
+    "QLinearGlobalAveragePool": _through_float("GlobalAveragePool", 1),
+    "QLinearSigmoid": _through_float("Sigmoid", 1),
+    "QLinearLeakyRelu": _through_float("LeakyRelu", 1),
+    "QLinearSoftmax": _through_float("Softmax", 1),
+}
+
+
+def _rewrite_of(n: Node):
+    if n.domain in ("", "ai.onnx"):
+        return _REWRITES.get(n.op)
+    if n.domain == _MS and not n.attr("channels_last", 0):  # NHWC: refused as the op
+        return _MS_REWRITES.get(n.op)
+    return None
 
 
 def decompose(g: Graph) -> Graph:
-    """Every integer product of the graph written as int32 ops (see the module)."""
-    if not any(n.op in _REWRITES and not n.domain for n in g.nodes):
+    """Every integer product of the graph written as int32 ops, and onnxruntime's
+    QLinear* contrib ops as float ops between DequantizeLinear and QuantizeLinear (see
+    the module)."""
+    if not any(_rewrite_of(n) for n in g.nodes):
         return g
     nodes, consts, types = [], dict(g.constants), dict(g.types)
     for n in g.nodes:
-        fn = _REWRITES.get(n.op) if not n.domain else None
+        fn = _rewrite_of(n)
         if fn is None:
             nodes.append(n)
             continue
