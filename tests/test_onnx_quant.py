@@ -163,19 +163,27 @@ def test_onnxruntime_qlinear_ops(op, operands, attrs):
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
 
 
-def test_constant_weights_fold_to_int32():
-    """A constant operand and its zero point become one centred int32 constant: the
-    product's program reads no uint8 weight and casts nothing of it."""
-    a, b = _ints((2, 16), U8), _ints((16, 8), U8, seed=1)
-    m = _model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
-               {"a": a}, ["y"], {"b": b, "az": np.array(3, U8), "bz": np.array(5, U8)})
-    run_model(m, {"a": a})
-    sess = polytc.onnx.compile(m)
-    g = sess.graph
-    centred = [v for v in g.constants.values() if v.dtype == np.int32 and v.shape == (16, 8)]
-    assert len(centred) == 1
-    np.testing.assert_array_equal(centred[0], b.astype(np.int32) - 5)
-    assert [n.op for n in g.nodes] == ["Cast", "Sub", "MatMul"]
+@pytest.mark.parametrize("k,exact", [(16, True), (2048, False)])
+def test_constant_weights_fold_once(k, exact):
+    """A constant operand and its zero point become one centred constant: in float32
+    when every partial sum of the product is an integer below 2^24 (the largest |a - a0|,
+    255, times the largest column sum of |b - b0|: 16 rows of at most 250), then
+    converted to int32 and, for a Cast to float after it, not converted at all; else in
+    int32 (2048 rows)."""
+    a, b = _ints((2, k), U8), _ints((k, 8), U8, seed=1)
+    consumer = helper.make_node("Cast", ["y32"], ["y"], to=onnx.TensorProto.FLOAT)
+    m = _model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y32"]),
+                consumer], {"a": a}, ["y"],
+               {"b": b, "az": np.array(3, U8), "bz": np.array(5, U8)})
+    got = run_model(m, {"a": a})[0]
+    want = (a.astype(np.int64) - 3) @ (b.astype(np.int64) - 5)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    g = polytc.onnx.compile(m).graph
+    dtype = np.float32 if exact else np.int32
+    centred = [v for v in g.constants.values() if v.shape == (k, 8)]
+    assert len(centred) == 1 and centred[0].dtype == dtype
+    np.testing.assert_array_equal(centred[0], (b.astype(np.int32) - 5).astype(dtype))
+    assert [n.op for n in g.nodes] == ["Cast", "Sub", "MatMul"] + ([] if exact else ["Cast"])
 
 
 def test_hand_written_quantised_gemm():

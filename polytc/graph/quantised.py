@@ -39,6 +39,7 @@ class _Rewrite:
         self.nodes: list = []
         self.consts: dict = {}
         self.types: dict = {}
+        self.exact: dict = {}  # an int32 output -> the float value it converts exactly
         self.k = 0
 
     def input(self, k: int) -> str:
@@ -66,28 +67,60 @@ class _Rewrite:
         self.types[out] = TensorType(np.dtype(dtype), None)
         return out
 
-    def centred(self, x: str, zero: str, column: int = 0) -> str:
-        """``int32(x) - int32(zero)``; a 1-D ``zero`` of more than one element gets
-        ``column`` trailing unit dimensions (per-row or per-channel zero points)."""
+    def centred(self, x: str, zero: str, column: int = 0, dtype=np.int32) -> str:
+        """``int32(x) - int32(zero)`` (or in ``dtype``); a 1-D ``zero`` of more than one
+        element gets ``column`` trailing unit dimensions (per-row or per-channel zero
+        points)."""
         xv = self.value(x)
         zv = self.value(zero) if zero else np.zeros((), np.int32)
+        to = I32 if np.dtype(dtype) == np.int32 else F32
         if zv is not None:
             zv = zv.astype(np.int32)
             if zv.ndim == 1 and zv.size > 1:
                 zv = zv.reshape((-1,) + (1,) * column)
             if xv is not None:
-                return self.const(xv.astype(np.int32) - zv)
-        x32 = self.op("Cast", [x], np.int32, to=I32)
+                return self.const((xv.astype(np.int32) - zv).astype(dtype))
+        made = self.g.producers().get(x) if to == F32 else None
+        if made is not None and made.op == "QuantizeLinear" and not made.domain and \
+                len(made.inputs) > 2 and made.inputs[2]:
+            # quantised here (DynamicQuantizeLinear's body): the same in float
+            x32 = self.op("QuantizeLinear", made.inputs, dtype, output_dtype=F32,
+                          **{k: v for k, v in made.attrs if k != "output_dtype"})
+        else:
+            x32 = self.op("Cast", [x], dtype, to=to)
         if zero and zv is None:
             zt = self.g.type_of(zero)
-            z32 = self.op("Cast", [zero], np.int32, to=I32)
+            z32 = self.op("Cast", [zero], dtype, to=to)
             if zt is not None and zt.rank == 1 and column:
                 z32 = self.op("Unsqueeze", [z32, self.const(np.arange(1, column + 1))],
-                              np.int32)
-            return self.op("Sub", [x32, z32], np.int32)
+                              dtype)
+            return self.op("Sub", [x32, z32], dtype)
         if zv is not None and zv.any():
-            return self.op("Sub", [x32, self.const(zv)], np.int32)
+            return self.op("Sub", [x32, self.const(zv.astype(dtype))], dtype)
         return x32
+
+    def exact_in_float(self, a: tuple, b: tuple, axis) -> bool:
+        """Whether the product of the centred operands ``a`` (any values of its type)
+        and ``b`` (a constant with a constant zero point) is computed exactly in
+        float32: every partial sum is an integer below 2^24 when the largest
+        ``|a - a0|`` times the largest sum of ``|b - b0|`` over the reduced ``axis`` is
+        (the products are below 2^15)."""
+        at = self.g.type_of(a[0])
+        bv = self.value(b[0])
+        if at is None or at.dtype.kind not in "iu" or at.dtype.itemsize != 1 or \
+                bv is None or (b[1] and self.value(b[1]) is None):
+            return False
+        lo, hi = np.iinfo(at.dtype).min, np.iinfo(at.dtype).max
+        za = self.value(a[1]) if a[1] else np.zeros((), np.int64)
+        amax = int(np.max(np.maximum(np.abs(lo - za.astype(np.int64)),
+                                     np.abs(hi - za.astype(np.int64))))) \
+            if za is not None else hi - lo
+        zb = self.value(b[1]) if b[1] else np.zeros((), np.int64)
+        zb = zb.astype(np.int64)
+        if zb.ndim == 1 and zb.size > 1:
+            zb = zb.reshape((-1,) + (1,) * b[2])
+        sums = np.abs(bv.astype(np.int64) - zb).sum(axis=axis)
+        return sums.size == 0 or int(sums.max()) * amax < 1 << 24
 
     def multiplier(self, sa: str, sb: str, sy: str, column: int) -> str:
         """``sa * sb / sy`` in float32, a 1-D ``sb`` (per output channel) read along
@@ -110,27 +143,41 @@ class _Rewrite:
                 zt.dtype if zt is not None else np.uint8, out=self.node.outputs[0])
 
     def product(self, op: str, a: tuple, b: tuple, out: str | None = None,
-                attrs: tuple = ()) -> str:
+                attrs: tuple = (), dtype=np.int32) -> str:
         """``op`` (MatMul or Conv) of the centred operands ``a`` and ``b`` ((value, zero
-        point, trailing dimensions of a 1-D zero point))."""
-        ca, cb = self.centred(*a), self.centred(*b)
+        point, trailing dimensions of a 1-D zero point)), in ``dtype``."""
+        ca, cb = self.centred(*a, dtype=dtype), self.centred(*b, dtype=dtype)
         out = out or self._name()
         self.nodes.append(Node(op, f"{self.prefix}_{op}{len(self.nodes)}", (ca, cb), (out,),
                                attrs))
-        self.types[out] = TensorType(np.dtype(np.int32), None)
+        self.types[out] = TensorType(np.dtype(dtype), None)
         return out
+
+    def integer_product(self, op: str, a: tuple, b: tuple, axis, attrs: tuple = ()):
+        """The node's int32 output, ``op`` of the centred ``a`` and ``b``: in float32
+        when that is exact (``exact_in_float``: polytc's float micro-kernels, prepacked
+        weights), then converted, and the float result kept in ``self.exact`` for a
+        consumer that converts it back (onnxruntime's quantize_dynamic writes
+        ``Cast(MatMulInteger(..), float)``)."""
+        out = self.node.outputs[0]
+        if not self.exact_in_float(a, b, axis):
+            self.product(op, a, b, out=out, attrs=attrs)
+            return
+        f = self.product(op, a, b, attrs=attrs, dtype=np.float32)
+        self.op("Cast", [f], np.int32, out=out, to=I32)
+        self.exact[out] = f
 
 
 def _matmul_integer(r: _Rewrite) -> None:
-    r.product("MatMul", (r.input(0), r.input(2), 1), (r.input(1), r.input(3), 0),
-              out=r.node.outputs[0])
+    r.integer_product("MatMul", (r.input(0), r.input(2), 1), (r.input(1), r.input(3), 0),
+                      axis=-2)
 
 
 def _conv_integer(r: _Rewrite) -> None:
     w = r.g.type_of(r.input(1))
     nd = (w.rank - 1) if w is not None and w.rank else 3
-    r.product("Conv", (r.input(0), r.input(2), 0), (r.input(1), r.input(3), nd),
-              out=r.node.outputs[0], attrs=r.node.attrs)
+    r.integer_product("Conv", (r.input(0), r.input(2), 0), (r.input(1), r.input(3), nd),
+                      axis=tuple(range(1, nd + 1)), attrs=r.node.attrs)
 
 
 def _qlinear_matmul(r: _Rewrite) -> None:
@@ -234,10 +281,13 @@ def decompose(g: Graph) -> Graph:
     the module)."""
     if not any(_rewrite_of(n) for n in g.nodes):
         return g
-    nodes, consts, types = [], dict(g.constants), dict(g.types)
+    nodes, consts, types, exact = [], dict(g.constants), dict(g.types), {}
     for n in g.nodes:
         fn = _rewrite_of(n)
         if fn is None:
+            # the float conversion of a product computed exactly in float: that value
+            if n.op == "Cast" and n.inputs[0] in exact and n.attr("to") == F32:
+                n = Node("Identity", n.name, (exact[n.inputs[0]],), n.outputs)
             nodes.append(n)
             continue
         r = _Rewrite(g, n)
@@ -245,6 +295,7 @@ def decompose(g: Graph) -> Graph:
         nodes += r.nodes
         consts.update(r.consts)
         types.update(r.types)
+        exact.update(r.exact)
     return g.replace(nodes=tuple(nodes), constants=consts, types=types)
 
 
