@@ -24,8 +24,11 @@ import pytest
 
 from polytc.graph import conformance
 
-#: test name -> reason, for failures that are clearly out of scope (none at present)
-XFAIL: dict = {}
+#: test name -> reason, for failures that are clearly out of scope
+XFAIL: dict = {
+    "test_scan_sum": "onnx's version converter takes opset 8's batch axis out of Scan's "
+                     "graph inputs, so the converted model no longer takes the test's data",
+}
 
 
 def _cases():

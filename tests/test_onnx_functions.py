@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 from polytc import onnx as ponnx
-from polytc.diagnostics import ModelError, UnsupportedError
+from polytc.diagnostics import ModelError
 from polytc.graph import expand
 from polytc.graph.onnx_import import import_model
 
@@ -103,61 +103,13 @@ def test_expanded_ops_are_listed():
 @pytest.mark.parametrize("align", [0, 1])
 def test_body_with_a_constant_if(align):
     """AffineGrid's body branches on its ``align_corners`` attribute: the If's condition
-    folds and the branch taken is inlined (passes.inline_ifs)."""
+    folds and the branch taken is inlined (graph/control.py)."""
     theta = _rnd(2, 2, 3)
     size = np.array([2, 1, 4, 5], np.int64)
     n = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align)
     m = _model([n], {"theta": theta}, ["grid"], consts={"size": size}, opset=20)
     run_model(m, {"theta": theta})
     assert all(k.op != "If" for k in ponnx.compile(m).graph.nodes)
-
-
-def _if_model(cond_const: bool):
-    x = _rnd(3, 4)
-    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
-                             [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT,
-                                                            [3, 4])])
-    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
-                              [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT,
-                                                             [3, 4])])
-    n = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)
-    feeds = {"x": x} if cond_const else {"x": x, "c": np.array(False)}
-    consts = {"c": np.array(False)} if cond_const else {}
-    return _model([n], feeds, ["y"], consts=consts, opset=18), feeds
-
-
-def test_if_with_a_constant_condition_is_inlined():
-    m, feeds = _if_model(True)
-    run_model(m, feeds)
-    g = ponnx.compile(m).graph
-    assert [n.op for n in g.nodes] == ["Neg"]
-
-
-def test_if_with_a_run_time_condition_is_refused():
-    m, _ = _if_model(False)
-    with pytest.raises(UnsupportedError, match=r"'If_0' \(If\): input 0 \('c'\) must be "
-                                               r"known at compile time"):
-        ponnx.compile(m)
-
-
-def test_loop_is_refused_by_name():
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("Add", ["v_in", "v_in"], ["v_out"])], "body",
-        [helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_in", onnx.TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_out", onnx.TensorProto.FLOAT, [2])])
-    n = helper.make_node("Loop", ["n", "", "v"], ["y"], body=body)
-    vi = helper.make_tensor_value_info
-    m = helper.make_model(helper.make_graph(
-        [n], "loop", [vi("v", onnx.TensorProto.FLOAT, [2])],
-        [vi("y", onnx.TensorProto.FLOAT, [2])],
-        [onnx.numpy_helper.from_array(np.array(3, np.int64), "n")]),
-        opset_imports=[helper.make_opsetid("", 18)])
-    with pytest.raises(UnsupportedError, match=r"does not support: Loop \(1x: Loop_0\)"):
-        ponnx.compile(m)
 
 
 def test_body_needs_input_types():

@@ -50,12 +50,14 @@ def unsupported_ops(g: Graph) -> list:
 
 def check_supported(g: Graph) -> None:
     bad = unsupported_ops(g)
-    for n in bad:
-        if n.op == "If" and not n.domain:  # not inlined (passes.inline_ifs)
+    for n in bad:  # control flow that graph/control.py did not write out
+        runtime = [k for k, v in enumerate(n.inputs[:2 if n.op == "Loop" else 1])
+                   if v and v not in g.constants]
+        if n.op in ("If", "Loop") and not n.domain and runtime:
             raise UnsupportedError(
-                f"node {n.label}: input 0 ('{n.inputs[0]}') must be known at compile time "
-                "(a constant, or computed from initialisers): polytc runs the branch it "
-                "selects, inlined")
+                f"node {n.label}: input {runtime[0]} ('{n.inputs[runtime[0]]}') must be "
+                "known at compile time (a constant, or computed from initialisers): polytc "
+                f"writes the {'branch' if n.op == 'If' else 'iterations'} out as nodes")
     if bad:
         kinds: dict = {}
         for n in bad:

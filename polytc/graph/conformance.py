@@ -81,22 +81,30 @@ def op_of(t, single: dict | None = None) -> str:
     return nodes[-1].op_type if nodes else "?"
 
 
+#: control flow that graph/control.py writes out (when its decisions are known)
+CONTROL_OPS = {"If", "Loop", "Scan"}
+
+
 def _supported(model) -> bool:
-    """Whether polytc lowers every node of ``model``, once the ops that ONNX defines as
-    functions are written out (graph/expand.py)."""
+    """Whether polytc lowers every node of ``model`` (the nodes of its control flow's
+    bodies included), once the ops that ONNX defines as functions are written out
+    (graph/expand.py)."""
     from .expand import lowerable
     from .onnx_import import prepare
+
+    def ok(n):
+        return lowerable(n.op_type, n.domain) or (n.op_type in CONTROL_OPS and not n.domain)
 
     nodes = list(_nodes(model.graph))
     if not nodes:
         return False
-    if all(lowerable(n.op_type, n.domain) for n in nodes):
+    if all(ok(n) for n in nodes):
         return True
     try:
         expanded = prepare(model, "<test>")
-    except Exception:  # noqa: BLE001 - a body polytc cannot expand (control flow)
+    except Exception:  # noqa: BLE001 - a body polytc cannot expand
         return False
-    return all(lowerable(n.op_type, n.domain) for n in _nodes(expanded.graph))
+    return all(ok(n) for n in _nodes(expanded.graph))
 
 
 def _nodes(graph):

@@ -8,8 +8,8 @@ polytc has no lowering for, but that has such a body for the model's opset, is r
 by its body before the graph is imported (every name of the body prefixed by the node's
 own, attribute references resolved), and the body's ops are lowered as any others, so
 they fuse and schedule with their neighbours.  Bodies that use further function ops are
-expanded in turn; a branch of a body's ``If`` is renamed like the body (``passes.
-inline_ifs`` inlines it when the condition is constant).
+expanded in turn; a branch of a body's ``If`` is renamed like the body (``control.py``
+writes it out when the condition is constant).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 
 from .. import config
 from ..diagnostics import ModelError
-from . import halves, quantised
+from . import control, halves, quantised
 from .ir import Graph, Node, TensorType
 
 #: ops whose result is not a function of their inputs: never folded or merged
@@ -138,37 +138,6 @@ def fold_constants(g: Graph) -> Graph:
         else:
             nodes.append(n)
     return g.replace(nodes=tuple(nodes), constants=consts)
-
-
-def inline_ifs(g: Graph) -> Graph:
-    """An ``If`` whose condition is a constant (an exporter's flag; an attribute of a
-    function body: AffineGrid's ``align_corners``) becomes the nodes of the branch it
-    takes, named after it, and its outputs the branch's (through Identity nodes, which
-    ``remove_identities`` drops).  An ``If`` whose condition is computed at run time is
-    refused (``bind.check_supported``)."""
-    from .onnx_import import _type, nodes_of
-
-    if not any(n.op == "If" and not n.domain and n.inputs[0] in g.constants
-               for n in g.nodes):
-        return g
-    nodes, consts, types = [], dict(g.constants), dict(g.types)
-    for n in g.nodes:
-        cond = np.asarray(consts.get(n.inputs[0])) if n.op == "If" and not n.domain else None
-        if cond is None or cond.dtype == object or cond.size != 1:
-            nodes.append(n)
-            continue
-        branch = n.attr("then_branch" if cond.reshape(-1)[0] else "else_branch")
-        for init in branch.initializer:
-            consts[init.name] = numpy_helper.to_array(init)
-        for vi in list(branch.value_info) + list(branch.output):
-            t = _type(vi.type, vi.name, n.label) if vi.type.WhichOneof("value") else None
-            if t is not None:
-                types.setdefault(vi.name, t)
-        nodes += nodes_of(branch, prefix=f"{n.name}__")
-        nodes += [Node("Identity", f"{n.name}__out{k}", (b.name,), (o,))
-                  for k, (b, o) in enumerate(zip(branch.output, n.outputs)) if o]
-    return inline_ifs(fold_constants(g.replace(nodes=tuple(nodes), constants=consts,
-                                               types=types)))
 
 
 def _has_subgraph(n: Node) -> bool:
@@ -425,7 +394,7 @@ PASSES = [
     ("widen_halves", halves.widen),
     ("quantised_ops", quantised.decompose),
     ("fold_constants", fold_constants),
-    ("inline_ifs", inline_ifs),
+    ("control_flow", control.control_flow),
     ("remove_identities", remove_identities),
     ("fold_batchnorm", fold_batchnorm),
     ("pointwise_convs", pointwise_convs),
