@@ -193,10 +193,9 @@ def _scan(c: _Copy) -> bool:
 _WRITERS = {"If": _if, "Loop": _loop, "Scan": _scan}
 
 
-def control_flow(g: Graph) -> Graph:
-    """Every If, Loop and Scan whose decisions are known written out (see the module)."""
-    from .passes import fold_constants
-
+def control_flow(g: Graph, fold) -> Graph:
+    """Every If, Loop and Scan whose decisions are known written out (see the module);
+    ``fold`` folds the constants of a graph (``passes.fold_constants``)."""
     if not any(n.op in _WRITERS and not n.domain for n in g.nodes):
         return g
     nodes, consts, types, changed = [], dict(g.constants), dict(g.types), False
@@ -212,5 +211,5 @@ def control_flow(g: Graph) -> Graph:
             nodes.append(n)
     if not changed:
         return g
-    return control_flow(fold_constants(g.replace(nodes=tuple(nodes), constants=consts,
-                                                 types=types)))
+    return control_flow(fold(g.replace(nodes=tuple(nodes), constants=consts, types=types)),
+                        fold)

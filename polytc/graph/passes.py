@@ -140,6 +140,11 @@ def fold_constants(g: Graph) -> Graph:
     return g.replace(nodes=tuple(nodes), constants=consts)
 
 
+def control_flow(g: Graph) -> Graph:
+    """If, Loop and Scan whose decisions are known, written out (``control.py``)."""
+    return control.control_flow(g, fold_constants)
+
+
 def _has_subgraph(n: Node) -> bool:
     return any(isinstance(v, onnx.GraphProto) for _, v in n.attrs)
 
@@ -394,7 +399,7 @@ PASSES = [
     ("widen_halves", halves.widen),
     ("quantised_ops", quantised.decompose),
     ("fold_constants", fold_constants),
-    ("control_flow", control.control_flow),
+    ("control_flow", control_flow),
     ("remove_identities", remove_identities),
     ("fold_batchnorm", fold_batchnorm),
     ("pointwise_convs", pointwise_convs),
