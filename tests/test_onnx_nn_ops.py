@@ -401,3 +401,17 @@ def test_unsupported_is_said():
                       consts={1: 1})
     with pytest.raises(UnsupportedError):
         ponnx.compile(m).run(None, feeds)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.uint64, np.int64])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift(dtype, direction):
+    """Shifts as integer arithmetic, broadcast, against onnx's reference: the extremes of
+    the type, shifts of 0, 1 and the width less one (shifts past the width and negative
+    ones: onnx's node tests, in test_onnx_backend.py)."""
+    bits = 8 * np.dtype(dtype).itemsize
+    info = np.iinfo(dtype)
+    x = np.array([[0, 1, 5, info.max, info.min, 37]], dtype).repeat(3, 0)
+    y = np.array([0, 1, bits - 1], dtype).reshape(3, 1)
+    check("BitShift", [x, y], opset=11 if info.min == 0 else 20, ort=False,
+          direction=direction)

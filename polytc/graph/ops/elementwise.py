@@ -142,6 +142,38 @@ def _mod(ctx):
                         f"({y} < {z}) ? {rem(x, y)} + {y} : {rem(x, y)})")
 
 
+@op("BitShift")
+def _bitshift(ctx):
+    """Shifts as arithmetic on integers (the language has no bit operators): ``x *
+    2^y``, wrapping, to the left; ``floor(x / 2^y)`` to the right, the sign kept.  A
+    shift that is negative or at least the width gives what the sign alone gives: -1 to
+    the right of a negative x, else 0."""
+    x, y = ctx.input(0), ctx.input(1)
+    if x.dtype.kind not in "iu" or y.dtype != x.dtype:
+        ctx.fail(f"BitShift of {x.dtype.name} by {y.dtype.name} is not supported",
+                 unsupported=True)
+    t, bits, signed = tc_type(x.dtype), 8 * x.dtype.itemsize, x.dtype.kind == "i"
+    z, one = literal(0, x.dtype), literal(1, x.dtype)
+    left = ctx.attr("direction", "") == "LEFT"
+    if not left and ctx.attr("direction", "") != "RIGHT":
+        ctx.fail(f"direction '{ctx.attr('direction', '')}' is not LEFT or RIGHT")
+    # the largest shift computed as a division (a signed 2^(bits-1) is negative: a
+    # right shift that far gives the sign alone)
+    cap = bits - 1 if left or not signed else bits - 2
+
+    def text(xs, ys):
+        p = f"{t}(uint64(pow(2.0, double(min(max({ys}, {z}), {literal(cap, x.dtype)})))))"
+        inside = f"{ys} >= {z} && {ys} <= {literal(cap, x.dtype)}" if signed else \
+            f"{ys} <= {literal(cap, x.dtype)}"
+        if left:
+            return f"(({inside}) ? {xs} * {p} : {z})"
+        floor = f"{xs} / {p}" if not signed else \
+            f"({xs} / {p} - ({xs} % {p} != {z} && {xs} < {z} ? {one} : {z}))"
+        fill = f"({xs} < {z} ? -{one} : {z})" if signed else z
+        return f"(({inside}) ? {floor} : {fill})"
+    ctx.elementwise(0, text)
+
+
 @op("Pow")
 def _pow(ctx):
     a, b = ctx.input(0), ctx.input(1)
