@@ -415,3 +415,14 @@ def test_bitshift(dtype, direction):
     y = np.array([0, 1, bits - 1], dtype).reshape(3, 1)
     check("BitShift", [x, y], opset=11 if info.min == 0 else 20, ort=False,
           direction=direction)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint64])
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"])
+def test_bitwise(op, dtype):
+    """Bit by bit, as arithmetic: negative values (two's complement), the type's
+    extremes, broadcasting."""
+    info = np.iinfo(dtype)
+    x = np.array([[0, 1, -1 if info.min else 7, info.max, info.min, 37]], dtype).repeat(2, 0)
+    y = np.array([[info.max], [info.min + 5]], dtype)
+    check(op, [x] if op == "BitwiseNot" else [x, y], opset=18, ort=False)

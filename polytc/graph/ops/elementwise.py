@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from .registry import literal, op, tc_type
+from .registry import broadcast_shapes, idx, literal, op, tc_type
 
 # --- unary math: x -> TC text, for float inputs -----------------------------------------
 _FLOAT_UNARY = {
@@ -172,6 +172,42 @@ def _bitshift(ctx):
         fill = f"({xs} < {z} ? -{one} : {z})" if signed else z
         return f"(({inside}) ? {floor} : {fill})"
     ctx.elementwise(0, text)
+
+
+#: bitwise ops of two bits (0 or 1) as arithmetic
+_BITS = {"BitwiseAnd": "{a} * {b}", "BitwiseOr": "max({a}, {b})",
+         "BitwiseXor": "({a} + {b}) % uint64(2)"}
+
+
+@op(*_BITS)
+def _bitwise(ctx):
+    """A bitwise op as a sum over the bits ``r`` of the two operands' bits (``x / 2^r %
+    2`` of their two's complement as uint64) times ``2^r``, converted back to the type:
+    the language has no bit operators, and these ops are rare."""
+    a, b = ctx.input(0), ctx.input(1)
+    if a.dtype.kind not in "iu" or b.dtype != a.dtype:
+        ctx.fail(f"{ctx.node.op} of {a.dtype.name} and {b.dtype.name} is not supported",
+                 unsupported=True)
+    shape = broadcast_shapes(ctx.node, a.shape, b.shape)
+    y = ctx.out(0, shape, a.dtype)
+    i = idx(len(shape))
+    acc = ctx.temp(shape, np.uint64)
+    p = "uint64(pow(2.0, double(r)))"
+    bit = [f"uint64({r.bcast(i, shape)}) / {p} % uint64(2)" for r in (a, b)]
+    ctx.emit(acc, i, f"({_BITS[ctx.node.op].format(a=bit[0], b=bit[1])}) * {p}", "+=!",
+             {"r": (0, 8 * a.dtype.itemsize)})
+    ctx.emit(y, i, f"{tc_type(a.dtype)}({acc(*i)})")
+
+
+@op("BitwiseNot")
+def _bitwise_not(ctx):
+    """``-x - 1`` (wrapping) for a signed ``x``, ``max - x`` for an unsigned one."""
+    x = ctx.input(0)
+    if x.dtype.kind not in "iu":
+        ctx.fail(f"BitwiseNot of {x.dtype.name} is not supported", unsupported=True)
+    top = literal(np.iinfo(x.dtype).max, x.dtype)
+    ctx.elementwise(0, lambda xs: f"(-{xs} - {literal(1, x.dtype)})" if x.dtype.kind == "i"
+                    else f"({top} - {xs})")
 
 
 @op("Pow")
