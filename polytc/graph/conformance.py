@@ -273,6 +273,7 @@ def markdown_table(table: dict) -> str:
 KIND_TITLES = {"elementwise": "Elementwise", "movement": "Data movement and shapes",
                "indexing": "Indexing by data", "nn": "Contractions and pooling",
                "deconv": "Transposed convolution", "resize": "Resizing",
+               "sample": "Sampling at positions given by data",
                "reduce": "Reductions and normalisations", "scan": "Scans",
                "quant": "Quantisation", "rnn": "Recurrent"}
 
