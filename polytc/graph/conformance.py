@@ -274,6 +274,7 @@ KIND_TITLES = {"elementwise": "Elementwise", "movement": "Data movement and shap
                "indexing": "Indexing by data", "nn": "Contractions and pooling",
                "deconv": "Transposed convolution", "resize": "Resizing",
                "sample": "Sampling at positions given by data",
+               "spectral": "Spectral",
                "reduce": "Reductions and normalisations", "scan": "Scans",
                "quant": "Quantisation", "rnn": "Recurrent"}
 
