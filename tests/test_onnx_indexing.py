@@ -254,3 +254,14 @@ def test_scatter_into_consumer():
     nodes = [helper.make_node("ScatterND", ["x", "i", "u"], ["t"]),
              helper.make_node("Relu", ["t"], ["y"])]
     run_model(_model(nodes, feeds, ["y"], {"i": np.array([[2], [-4]], I64)}), feeds)
+
+
+@pytest.mark.parametrize("mode,writes", [("linear", [0, 3]), ("circular", [5, 7])])
+def test_tensor_scatter(mode, writes):
+    """A KV-cache update (opset 24): each sample's update written at its index, wrapping
+    around the cache's length when circular, against onnx's reference."""
+    past, upd = rnd(2, 3, 6, 4), rnd(2, 3, 2, 4, seed=1)
+    w = np.array(writes, I64)
+    n = helper.make_node("TensorScatter", ["p", "u", "w"], ["y"], mode=mode)
+    m = _model([n], {"p": past, "u": upd, "w": w}, ["y"], opset=24)
+    run_model(m, {"p": past, "u": upd, "w": w}, ort=False)

@@ -174,6 +174,39 @@ def _scatter_elements(ctx):
     ctx.emit(y, i, f"{last(*i)} >= 0 ? {upd(*src)} : {x(*i)}", ranges=part)
 
 
+# --- TensorScatter ------------------------------------------------------------------------------
+@op("TensorScatter")
+def _tensor_scatter(ctx):
+    """A KV-cache update as a gather: cache position ``s`` of sample ``b`` reads the
+    update at ``s - w(b)`` (modulo the cache's length when ``circular``) when that lies
+    in the update, else the past cache."""
+    past, upd = ctx.input(0), ctx.input(1)
+    w = ctx.input(2, required=False) if len(ctx.inputs) > 2 else None
+    a = _axis(ctx, ctx.attr("axis", -2), past.rank)
+    mode = ctx.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        ctx.fail(f"mode '{mode}' is not linear or circular")
+    if a == 0 or upd.rank != past.rank or upd.dtype != past.dtype or any(
+            p != u for d, (p, u) in enumerate(zip(past.shape, upd.shape)) if d != a) or \
+            upd.shape[a] > past.shape[a]:
+        ctx.fail(f"update of shape {list(upd.shape)} for a cache of shape "
+                 f"{list(past.shape)} along axis {a}")
+    if w is not None:
+        _int_indices(ctx, w)
+        if w.shape != (past.shape[0],):
+            ctx.fail(f"write_indices of shape {list(w.shape)} for a batch of {past.shape[0]}")
+    ctx.result.kind = "movement"
+    y = ctx.out(0, past.shape, past.dtype)
+    i = idx(past.rank)
+    n, length = past.shape[a], upd.shape[a]
+    j = f"int64({i[a]})" + (f" - int64({w(i[0])})" if w is not None else "")
+    if mode == "circular":
+        j = f"(({j}) % {n} + {n}) % {n}"
+    src = list(i)
+    src[a] = f"max(0, min({length - 1}, {j}))"
+    ctx.emit(y, i, f"({j} >= 0 && {j} < {length}) ? {upd(*src)} : {past(*i)}")
+
+
 # --- TopK --------------------------------------------------------------------------------------
 @op("TopK")
 def _topk(ctx):
