@@ -59,3 +59,20 @@ def test_dft_without_an_axis_is_refused():
     m = _model([helper.make_node("DFT", ["x"], ["y"])], {"x": x}, ["y"], opset=17)
     with pytest.raises(UnsupportedError, match="DFT without an axis"):
         ponnx.compile(m).run(None, {"x": x})
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_stft(window):
+    """Frames of 16 samples every 8, one-sided, against numpy's rfft of each frame."""
+    r = np.random.default_rng(2)
+    x = r.standard_normal((2, 64, 1)).astype(np.float32)
+    w = np.hanning(16).astype(np.float32)
+    inputs = ["x", "step"] + (["w"] if window else ["", "n"])
+    consts = {"step": np.array(8, np.int64)}
+    consts.update({"w": w} if window else {"n": np.array(16, np.int64)})
+    m = _model([helper.make_node("STFT", inputs, ["y"])], {"x": x}, ["y"], consts, opset=17)
+    y = ponnx.compile(m).run(None, {"x": x})[0]
+    frames = np.stack([x[:, f * 8:f * 8 + 16, 0] for f in range(7)], 1).astype(np.float64)
+    want = np.fft.rfft(frames * (w if window else 1), axis=-1)
+    assert y.shape == (2, 7, 9, 2)
+    np.testing.assert_allclose(_complex(y), want, rtol=1e-5, atol=1e-4)

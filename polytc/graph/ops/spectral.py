@@ -1,4 +1,4 @@
-"""DFT as a comprehension: each frequency a sum over the signal, ``X(k) = sum_n x(n)
+"""DFT and STFT as comprehensions: each frequency a sum over the signal, ``X(k) = sum_n x(n)
 e^(-2 pi i k n / N)`` (the inverse with ``+`` and ``1/N``), its real and imaginary parts
 in the last dimension as ONNX stores them.  The angle is taken of ``(k n) % N`` in double,
 so it stays exact for long signals.  A signal longer than ``dft_length`` is truncated and
@@ -15,6 +15,47 @@ import numpy as np
 
 from .nn import _float_only
 from .registry import idx, literal, op, tc_type
+
+
+def _angle(a, b, n) -> str:
+    """``2 pi a b / n`` in double, of ``(a b) % n`` so that it stays exact."""
+    return f"double(({a} * {b}) % {n}) * {2 * math.pi / n!r}"
+
+
+@op("STFT")
+def _stft(ctx):
+    """Frames of ``frame_length`` every ``frame_step`` samples, each times the window,
+    transformed: ``Y(b, f, k) = sum_n x(b, f step + n) w(n) e^(-2 pi i k n / N)``, summed
+    in double (one-sided: the first ``N/2 + 1`` frequencies)."""
+    x = ctx.input(0)
+    _float_only(ctx, x)
+    if x.rank != 3 or x.shape[-1] not in (1, 2):
+        ctx.fail(f"signal of shape {list(x.shape)}: it must be (batch, length, 1 or 2)")
+    step = int(np.asarray(ctx.const_input(1)).reshape(-1)[0])
+    win = ctx.input(2, required=False) if len(ctx.inputs) > 2 else None
+    n = ctx.const_input(3, required=False) if len(ctx.inputs) > 3 else None
+    n = int(np.asarray(n).reshape(-1)[0]) if n is not None else \
+        win.shape[0] if win is not None and win.rank == 1 else None
+    if n is None or n < 1 or step < 1 or n > x.shape[1] or \
+            (win is not None and win.shape != (n,)):
+        ctx.fail(f"frame_length {n}, frame_step {step} and a window of shape "
+                 f"{list(win.shape) if win is not None else None} do not frame a signal "
+                 f"of {x.shape[1]} samples")
+    onesided = bool(ctx.attr("onesided", 1))
+    bins = n // 2 + 1 if onesided else n
+    frames = (x.shape[1] - n) // step + 1
+    out = ctx.out(0, (x.shape[0], frames, bins, 2), x.dtype)
+    ctx.result.kind = "opaque"
+    y = ctx.temp(out.shape, np.float64)
+    i = idx(4)
+    at = f"{i[1]} * {step} + r"
+    re = f"double({x(i[0], at, 0)})"
+    im = f"double({x(i[0], at, 1)})" if x.shape[-1] == 2 else literal(0, np.float64)
+    w = f" * double({win('r')})" if win is not None else ""
+    cos, sin = (f"{f}({_angle(i[2], 'r', n)})" for f in ("cos", "sin"))
+    ctx.emit(y, i, f"({i[3]} == 0 ? {re} * {cos} + {im} * {sin} : "
+                   f"{im} * {cos} - {re} * {sin}){w}", "+=!", {"r": (0, n)})
+    ctx.emit(out, i, f"{tc_type(x.dtype)}({y(*i)})")
 
 
 @op("DFT")
@@ -61,7 +102,7 @@ def _dft(ctx):
         return f"double({x(*i[:axis], m, *i[axis + 1:-1], p)})"
 
     def angle(a, b):
-        return f"double(({a} * {b}) % {n}) * {2 * math.pi / n!r}"
+        return _angle(a, b, n)
 
     scale = f" * {literal(1 / n, t)}" if inverse else ""
     cos, sin = (f"{f}({angle(k, 'r')})" for f in ("cos", "sin"))
