@@ -122,3 +122,20 @@ def test_errors():
         deconv(x, w, auto_pad="FOO")
     with pytest.raises(UnsupportedError, match="ConvTranspose of int32"):
         deconv(x.astype(np.int32), w.astype(np.int32))
+
+
+def test_col2im():
+    """Blocks summed back into an image with strides, dilations and pads, two channels,
+    against onnx's reference; blocks that do not fit the image: a ModelError."""
+    image, block, strides, dil, pads = [7, 6], [2, 3], [2, 1], [1, 2], [1, 0, 1, 2]
+    blocks = [(n + pads[d] + pads[d + 2] - dil[d] * (k - 1) - 1) // strides[d] + 1
+              for d, (n, k) in enumerate(zip(image, block))]
+    x = np.random.default_rng(0).standard_normal((2, 2 * 6, blocks[0] * blocks[1]))
+    x = x.astype(np.float32)
+    consts = {"s": np.array(image, np.int64), "b": np.array(block, np.int64)}
+    n = helper.make_node("Col2Im", ["x", "s", "b"], ["y"], strides=strides, dilations=dil,
+                         pads=pads)
+    run_model(_model([n], {"x": x}, ["y"], consts, opset=18), {"x": x}, ort=False)
+    bad = x[:, :, :-1].copy()
+    with pytest.raises(ModelError, match="blocks of image"):
+        ponnx.compile(_model([n], {"x": bad}, ["y"], consts, opset=18)).run(None, {"x": bad})

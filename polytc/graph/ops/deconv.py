@@ -1,4 +1,5 @@
-"""ConvTranspose (a "deconvolution") as convolutions, one per phase of the output.
+"""ConvTranspose (a "deconvolution") as convolutions, one per phase of the output, and
+Col2Im (blocks summed back into an image) at the end.
 
 Input element ``i`` of X, weighted by kernel tap ``k``, lands on output position
 ``o = i * s + k * d - b`` (stride ``s``, dilation ``d``, begin pad ``b``), so
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 import itertools
 import math
+
+import numpy as np
 
 from .nn import _float_only, _kernel, _padded, _window_attrs
 from .registry import idx, literal, op
@@ -173,3 +176,44 @@ def _lin(c, *terms) -> str:
     if not text:
         return str(c)
     return text + (f" + {c}" if c > 0 else f" - {-c}" if c < 0 else "")
+
+
+@op("Col2Im")
+def _col2im(ctx):
+    """The blocks of ``input`` (N, C * prod(block), L) summed back into an image, as a
+    gather: image position ``y`` receives tap ``k`` of block ``b`` when ``y + pad - k d
+    = b s``, one reduction over the taps per axis, the block read at a clamped index
+    under that condition."""
+    x = ctx.input(0)
+    image = [int(v) for v in np.asarray(ctx.const_input(1)).reshape(-1)]
+    block = [int(v) for v in np.asarray(ctx.const_input(2)).reshape(-1)]
+    nd = len(image)
+    strides = list(ctx.attr("strides", None) or [1] * nd)
+    dil = list(ctx.attr("dilations", None) or [1] * nd)
+    pads = list(ctx.attr("pads", None) or [0] * (2 * nd))
+    if len(block) != nd or len(strides) != nd or len(dil) != nd or len(pads) != 2 * nd or \
+            x.rank != 3 or min(block + strides + dil) < 1:
+        ctx.fail(f"input {list(x.shape)}, image_shape {image}, block_shape {block}, strides "
+                 f"{strides}, dilations {dil} and pads {pads} do not fit together")
+    k_all = math.prod(block)
+    blocks = [(n + pads[d] + pads[d + nd] - dil[d] * (k - 1) - 1) // strides[d] + 1
+              for d, (n, k) in enumerate(zip(image, block))]
+    if x.shape[1] % k_all or math.prod(blocks) != x.shape[2] or min(blocks) < 1:
+        ctx.fail(f"input {list(x.shape)}: {x.shape[1]} is not channels x {k_all} taps, or "
+                 f"{x.shape[2]} is not the {math.prod(blocks)} blocks of image {image}")
+    y = ctx.out(0, (x.shape[0], x.shape[1] // k_all, *image), x.dtype)
+    ctx.result.kind = "opaque"
+    if y.size == 0:
+        return
+    i = idx(y.rank)
+    taps = [f"k{d}" for d in range(nd)]
+    conds, b_idx = [], []
+    for d in range(nd):
+        q = f"({i[d + 2]} + {pads[d]} - {taps[d]} * {dil[d]})"
+        conds += [f"{q} >= 0", f"{q} % {strides[d]} == 0", f"{q} / {strides[d]} < {blocks[d]}"]
+        b_idx.append(f"max(0, min({blocks[d] - 1}, {q} / {strides[d]}))")
+    tap = " + ".join(f"{t} * {math.prod(block[d + 1:])}" for d, t in enumerate(taps))
+    blk = " + ".join(f"{b} * {math.prod(blocks[d + 1:])}" for d, b in enumerate(b_idx))
+    read = x(i[0], f"{i[1]} * {k_all} + {tap}", blk)
+    ctx.emit(y, i, f"({' && '.join(conds)}) ? {read} : {literal(0, x.dtype)}", "+=!",
+             {t: (0, k) for t, k in zip(taps, block)})
