@@ -369,3 +369,30 @@ def test_weights_are_aligned_once_and_scalars_stay_0d():
     packed = [a for arrays in plan.prepacked.values() for a in arrays]
     assert is_aligned(plan.constants["w"]) or (packed and all(map(is_aligned, packed)))
     assert plan.constants["s"].shape == ()
+
+
+def test_a_reduction_to_one_value_starts_its_group():
+    """A quantised model's dynamic range (the min of a whole layer-norm output) is not
+    fused into the layer norm's group: it needs all of that output first, and isl's
+    scheduler ran past its 8 s limit on the fused program (polytc/graph/group.py)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from polytc import onnx as ponnx
+
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
+             helper.make_node("ReduceMin", ["n"], ["lo"], keepdims=0)]
+    m = helper.make_model(helper.make_graph(
+        nodes, "t", [vi("x", onnx.TensorProto.FLOAT, [8, 16])],
+        [vi("n", onnx.TensorProto.FLOAT, [8, 16]), vi("lo", onnx.TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.ones(16, np.float32), "g"),
+         numpy_helper.from_array(np.zeros(16, np.float32), "b")]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    sess = ponnx.compile(m)
+    n, lo = sess.run(None, {"x": x})
+    np.testing.assert_allclose(lo, n.min(), rtol=0)
+    texts = sess.plan({"x": x.shape}).texts.values()
+    assert len(texts) == 2 and not any("LayerNormalization" in t and "ReduceMin" in t
+                                       for t in texts)

@@ -246,3 +246,43 @@ def test_quantised_models(name, static, tmp_path):
     assert got.shape == want.shape and got.dtype == want.dtype
     error = np.abs(want - exact).mean()  # what quantising costs
     assert np.abs(got - want).mean() <= 0.05 * error + 1e-6
+
+
+def _dynamic_matmul(k=16):
+    """x (float) -> DynamicQuantizeLinear -> MatMulInteger(constant int8 weights) -> Cast
+    to float * scales: what quantize_dynamic writes for a MatMul."""
+    w = _ints((k, 8), I8, seed=1)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+             helper.make_node("MatMulInteger", ["q", "w", "z"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["f"], to=onnx.TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "s"], ["y"])]
+    x = _floats(3, k)
+    return _model(nodes, {"x": x}, ["y"], {"w": w}, opset=17), {"x": x}
+
+
+def test_dynamic_quantisation_feeds_the_float_product():
+    """The activation is quantised straight to a float (QuantizeLinear's internal float
+    output), no uint8 in between, and the product is a float MatMul: onnxruntime's
+    results exactly."""
+    m, feeds = _dynamic_matmul()
+    got = run_model(m, feeds, rtol=0, atol=0)[0]
+    assert got.dtype == np.float32
+    g = polytc.onnx.compile(m).graph
+    quantise = [n for n in g.nodes if n.op == "QuantizeLinear"]
+    assert [n.attr("output_dtype") for n in quantise] == [onnx.TensorProto.FLOAT]
+    assert not [n for n in g.nodes if n.op == "Cast" and n.attr("to") ==
+                onnx.TensorProto.INT32]
+
+
+def test_constant_dequantised_weights_fold_at_opset_17():
+    """DequantizeLinear of constant int8 weights folds at compile time (onnx's reference
+    has no DequantizeLinear before opset 19), per axis, as the lowering computes it."""
+    w, s = _ints((4, 6), I8), np.linspace(0.01, 0.06, 6).astype(np.float32)
+    z = _ints((6,), I8, seed=3)
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=1),
+             helper.make_node("MatMul", ["x", "wf"], ["y"])]
+    x = _floats(2, 4)
+    m = _model(nodes, {"x": x}, ["y"], {"w": w, "s": s, "z": z}, opset=17)
+    run_model(m, {"x": x})
+    g = polytc.onnx.compile(m).graph
+    assert [n.op for n in g.nodes] == ["MatMul"]

@@ -33,8 +33,8 @@ I32, F32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
 class _Rewrite:
     """The nodes and constants that replace one node (names prefixed by its output's)."""
 
-    def __init__(self, g: Graph, node: Node):
-        self.g, self.node = g, node
+    def __init__(self, g: Graph, node: Node, producers: dict):
+        self.g, self.node, self.producers = g, node, producers
         self.prefix = f"{node.outputs[0] or node.name}__q"
         self.nodes: list = []
         self.consts: dict = {}
@@ -80,7 +80,7 @@ class _Rewrite:
                 zv = zv.reshape((-1,) + (1,) * column)
             if xv is not None:
                 return self.const((xv.astype(np.int32) - zv).astype(dtype))
-        made = self.g.producers().get(x) if to == F32 else None
+        made = self.producers.get(x) if to == F32 else None
         if made is not None and made.op == "QuantizeLinear" and not made.domain and \
                 len(made.inputs) > 2 and made.inputs[2]:
             # quantised here (DynamicQuantizeLinear's body): the same in float
@@ -282,6 +282,7 @@ def decompose(g: Graph) -> Graph:
     if not any(_rewrite_of(n) for n in g.nodes):
         return g
     nodes, consts, types, exact = [], dict(g.constants), dict(g.types), {}
+    producers = g.producers()
     for n in g.nodes:
         fn = _rewrite_of(n)
         if fn is None:
@@ -290,7 +291,7 @@ def decompose(g: Graph) -> Graph:
                 n = Node("Identity", n.name, (exact[n.inputs[0]],), n.outputs)
             nodes.append(n)
             continue
-        r = _Rewrite(g, n)
+        r = _Rewrite(g, n, producers)
         fn(r)
         nodes += r.nodes
         consts.update(r.consts)
