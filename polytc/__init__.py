@@ -18,7 +18,7 @@ from .diagnostics import (ArgumentError, CompilationError, InternalError,  # noq
                           ScheduleError,
                           TCSemanticError, TCSyntaxError, TCTypeError, UndefinedNameError,
                           UnsupportedError, user_boundary)
-from .options import Options  # noqa: F401
+from .options import Options, OptionsError  # noqa: F401
 from .poly.recipe import Schedule  # noqa: F401
 from .kernel import Kernel, clear_cache  # noqa: F401
 from .runtime.native import CompiledKernel  # noqa: F401

@@ -4,14 +4,33 @@
     polytc show FILE --sizes 64x32,32x48          a TC kernel's stages
     polytc compile MODEL.onnx [--shape x=1x3x224x224 ...] [--show groups|graph|tc]
     polytc run MODEL.onnx --input inputs.npz [--output outputs.npz]
+    polytc bench MODEL.onnx [--shape x=8x3x224x224 ...] [--threads N] [--warmup K]
+                 [--runs R] [--duration SECONDS] [--seed S] [--ort] [--json FILE]
+    polytc export MODEL.onnx -o DIR [--shape x=1x3x224x224 ...] [--no-build]
 
-``compile`` and ``run`` take ``--target c|opencl|cuda`` (default c).
+``compile``, ``run`` and ``bench`` take ``--target c|opencl|cuda`` (default c),
+``--no-fuse`` and ``--disable PASS``.
+
+``bench`` (``polytc.perftest``) compiles the model (for ``--shape``, needed where an input
+has symbolic dimensions) on ``--threads`` OpenMP threads, feeds it random inputs of those
+shapes (``--seed``), runs it ``--warmup`` times (default 5) and then ``--runs`` times
+(default 50) or for ``--duration`` seconds, whichever ends first, and prints the compile
+time and the latency (min, mean, p50, p90, p95, p99 in ms) and runs per second.  ``--ort``
+also times onnxruntime on the same inputs (on ``--threads`` intra-op threads), its runs
+alternating with polytc's, and prints the largest difference of the outputs and polytc's
+p50 over onnxruntime's.  ``--json FILE`` writes the results as JSON.
+
+``export`` (``polytc.aot``, docs/export.md) writes the model compiled ahead of time as C
+sources, its weights and a Makefile in DIR and builds them (unless ``--no-build``): a
+library with a C API and ``DIR/run_model``, which runs the model on .npy files without
+Python.  Symbolic input dimensions stay symbolic unless ``--shape`` fixes them.
 
 Every polytc error prints ``error: ...`` (and its hint) on stderr and exits with status 1.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -52,6 +71,36 @@ def main(argv=None) -> int:
                    help="save the outputs (keys: output names) instead of printing them")
     _model_options(r)
 
+    b = sub.add_parser("bench", help="time an ONNX model on random inputs (and onnxruntime "
+                       "with --ort)", description="Compile an ONNX model, run it on random "
+                       "inputs and print the compile time and the latency distribution.")
+    b.add_argument("model", help="an .onnx file")
+    b.add_argument("--shape", action="append", default=[], metavar="NAME=DxDx...",
+                   help="the shape of an input (needed for inputs with symbolic dimensions)")
+    b.add_argument("--threads", metavar="N", help="OpenMP team size of polytc's kernels, "
+                   "and onnxruntime's intra-op threads (default: the environment's / all)")
+    b.add_argument("--warmup", metavar="K", default="5", help="untimed runs first (5)")
+    b.add_argument("--runs", metavar="R", help="timed runs (50, unless --duration)")
+    b.add_argument("--duration", metavar="SECONDS",
+                   help="time runs for this long (with --runs: whichever ends first)")
+    b.add_argument("--seed", metavar="S", default="0", help="of the random inputs (0)")
+    b.add_argument("--ort", action="store_true",
+                   help="also time onnxruntime, interleaved, and compare the outputs")
+    b.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    _model_options(b)
+
+    x = sub.add_parser("export", help="export an ONNX model as C + a Makefile that runs "
+                       "without Python", description="Compile an ONNX model ahead of time: "
+                       "write its C sources, weights and a Makefile to DIR and build the "
+                       "library and DIR/run_model (docs/export.md).")
+    x.add_argument("model", help="an .onnx file")
+    x.add_argument("--output", "-o", required=True, metavar="DIR", help="the directory")
+    x.add_argument("--shape", action="append", default=[], metavar="NAME=DxDx...",
+                   help="fix the shape of an input (its symbolic dimensions stay symbolic "
+                   "otherwise); repeat per input")
+    x.add_argument("--no-build", action="store_true", help="write the files, skip make")
+    _model_options(x)
+
     args = parser.parse_args(argv)
     from .diagnostics import PolytcError
 
@@ -64,6 +113,10 @@ def main(argv=None) -> int:
             return _compile(args)
         if args.cmd == "run":
             return _run(args)
+        if args.cmd == "bench":
+            return _bench(args)
+        if args.cmd == "export":
+            return _export(args)
         return _show(args)
     except PolytcError as e:
         return _error(str(e))
@@ -91,7 +144,7 @@ def _model_options(p):
                    help="skip a graph pass (see polytc.graph.passes.PASSES); repeatable")
 
 
-def _session(args):
+def _session(args, options=None):
     import polytc.onnx as ponnx
     from .graph.passes import PASSES
 
@@ -99,8 +152,8 @@ def _session(args):
     for d in args.disable:
         if d not in names:
             raise CLIError(f"--disable {d}: no such graph pass (passes: {', '.join(names)})")
-    return ponnx.compile(args.model, target=args.target, fuse=not args.no_fuse,
-                         disable=tuple(args.disable))
+    return ponnx.compile(args.model, target=args.target, options=options,
+                         fuse=not args.no_fuse, disable=tuple(args.disable))
 
 
 def _parse_shapes(specs, session) -> dict:
@@ -109,21 +162,7 @@ def _parse_shapes(specs, session) -> dict:
     import numpy as np
 
     inputs = {a.name: a for a in session.get_inputs()}
-    given = {}
-    for spec in specs:
-        name, eq, dims = spec.rpartition("=")
-        if not eq or not name:
-            raise CLIError(f"--shape {spec}: expected NAME=DxDx... (e.g. x=1x3x224x224)")
-        if name not in inputs:
-            raise CLIError(f"--shape {spec}: the model has no input '{name}' (inputs: "
-                           f"{', '.join(f'{a.name} {a.shape}' for a in inputs.values())})")
-        try:
-            given[name] = tuple(int(d) for d in dims.lower().split("x") if d.strip())
-        except ValueError:
-            raise CLIError(f"--shape {spec}: dimensions must be integers, e.g. "
-                           f"{name}=1x3x224x224") from None
-        if any(d < 0 for d in given[name]):
-            raise CLIError(f"--shape {spec}: dimensions must not be negative")
+    given = _given_shapes(specs, inputs)
     shapes = {}
     for name, a in inputs.items():
         if name in given:
@@ -139,6 +178,44 @@ def _parse_shapes(specs, session) -> dict:
     session._check_feeds({n: np.empty(s, _np_dtype(inputs[n].type)) for n, s in
                           shapes.items()})
     return shapes
+
+
+def _given_shapes(specs, inputs: dict) -> dict:
+    """``--shape`` arguments as {input: tuple}; ``inputs``: name -> NodeArg."""
+    given = {}
+    for spec in specs:
+        name, eq, dims = spec.rpartition("=")
+        if not eq or not name:
+            raise CLIError(f"--shape {spec}: expected NAME=DxDx... (e.g. x=1x3x224x224)")
+        if name not in inputs:
+            raise CLIError(f"--shape {spec}: the model has no input '{name}' (inputs: "
+                           f"{', '.join(f'{a.name} {a.shape}' for a in inputs.values())})")
+        try:
+            given[name] = tuple(int(d) for d in dims.lower().split("x") if d.strip())
+        except ValueError:
+            raise CLIError(f"--shape {spec}: dimensions must be integers, e.g. "
+                           f"{name}=1x3x224x224") from None
+        if any(d < 0 for d in given[name]):
+            raise CLIError(f"--shape {spec}: dimensions must not be negative")
+    return given
+
+
+def _export(args) -> int:
+    from .aot import export_session
+
+    t0 = time.perf_counter()
+    session = _session(args)
+    given = _given_shapes(args.shape, {a.name: a for a in session.get_inputs()})
+    e = export_session(session, args.output, given, build=not args.no_build)
+    dims = f"; symbolic dimensions {', '.join(e.dims)} (values read off the inputs)" \
+        if e.dims else ""
+    print(f"exported {args.model} to {e.directory} in {time.perf_counter() - t0:.1f} s{dims}")
+    if e.program:
+        ins = " ".join(f"{a.name}.npy" for a in session.get_inputs())
+        print(f"run it: {e.program} -o OUTDIR {ins}")
+    else:
+        print(f"build it: make -C {e.directory}")
+    return 0
 
 
 def _np_dtype(type_name: str):
@@ -234,6 +311,54 @@ def _summary(a) -> str:
             return (f"mean {stats.mean():.6g}  min {stats.min():.6g}  max {stats.max():.6g}  "
                     f"first {first}{more}")
     return f"first {first}{more}"
+
+
+def _bench(args) -> int:
+    import contextlib
+    import json
+
+    from . import perftest
+    from .options import Options
+
+    threads = _number(args.threads, "--threads", int, 1)
+    warmup = _number(args.warmup, "--warmup", int, 0)
+    duration = _number(args.duration, "--duration", float, 0, strict=True)
+    runs = _number(args.runs, "--runs", int, 1)
+    seed = _number(args.seed, "--seed", int, 0)
+    try:  # opened first: an unwritable path fails before the runs, not after them
+        out = open(args.json, "w") if args.json else contextlib.nullcontext()
+    except OSError as e:
+        raise CLIError(f"{args.json}: cannot write ({e.strerror or e})") from None
+    with out as f:
+        t0 = time.perf_counter()
+        session = _session(args, Options(num_threads=threads) if threads else None)
+        shapes = _parse_shapes(args.shape, session)
+        session.plan(shapes)  # (a model with symbolic dimensions compiles here)
+        result = perftest.bench(session, args.model, shapes,
+                                compile_s=time.perf_counter() - t0, threads=threads,
+                                warmup=warmup, runs=runs, duration=duration, seed=seed,
+                                ort=args.ort)
+        print(perftest.report(result))
+        if f is not None:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+def _number(text, option: str, kind, least, strict: bool = False):
+    """``text`` (None: not given) as an int or float of at least ``least`` (``strict``:
+    above it)."""
+    if text is None:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < least or \
+            (strict and value == least):
+        what = "a whole number" if kind is int else "a number"
+        raise CLIError(f"{option} {text}: expected {what} {'above' if strict else 'of at least'}"
+                       f" {least}")
+    return value
 
 
 def _show(args) -> int:

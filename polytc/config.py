@@ -26,6 +26,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
 
@@ -109,7 +111,30 @@ def openmp_environment() -> None:
         os.environ["OMP_NUM_THREADS"] = str(n)
 
 
+#: the log level that replaces ``POLYTC_DEBUG``'s in this context (``log_level``)
+_LOG_LEVEL: contextvars.ContextVar = contextvars.ContextVar("polytc_log_level",
+                                                            default=None)
+
+
+@contextlib.contextmanager
+def log_level(level: int | None):
+    """Within the block, ``log`` prints up to ``level`` instead of ``POLYTC_DEBUG``'s
+    level (None: no change): an onnxruntime-style session's ``log_severity_level``
+    (graph/ortapi.py).  A context variable, so other threads and sessions keep theirs; a
+    thread the block starts (a pool's) starts without it.  ``POLYTC_DEBUG=3``'s
+    tracebacks stay the environment's."""
+    if level is None:
+        yield
+        return
+    token = _LOG_LEVEL.set(level)
+    try:
+        yield
+    finally:
+        _LOG_LEVEL.reset(token)
+
+
 def log(level: int, msg: str) -> None:
-    """Print ``msg`` to stderr when ``POLYTC_DEBUG >= level``."""
-    if debug_level() >= level:
+    """Print ``msg`` to stderr when ``POLYTC_DEBUG >= level`` (or ``log_level``'s)."""
+    override = _LOG_LEVEL.get()
+    if (debug_level() if override is None else override) >= level:
         print(f"[polytc] {msg}", file=sys.stderr)

@@ -173,6 +173,15 @@ class Kernel:
         """The compiled form for these inputs' sizes (compiling if needed)."""
         return self._specialize(A.as_arrays(self.program, args))
 
+    @user_boundary
+    def export(self, directory, *args, build: bool = True):
+        """Write the kernel compiled for these inputs' sizes as a directory that builds
+        a C library and a command line program with ``make`` and runs without Python
+        (``polytc.aot``, docs/export.md); returns its ``polytc.aot.Exported``."""
+        from .aot import export_kernel
+
+        return export_kernel(self.specialize(*args), directory, build)
+
     def _specialize(self, inputs) -> Specialised:
         env = A.bind_sizes(self.program, inputs)
         # sizes compiled for before run the same code again (a call with out= and one

@@ -16,7 +16,10 @@ array) and ``p`` every buffer a step touches: the constants, the arena's slots a
 kernels' scratch, set once when the plan is made, and the feeds and the fresh outputs,
 set at each run.  The executor returns the first non-zero code with the failing step in
 ``*step``; given ``t``, it adds each step's seconds (its fills and its kernel) to
-``t[step]`` (``profile``).  A view is a reshape: it shares its source's pointer.
+``t[step]`` (``profile``, and ``run`` when asked: a session's profiling).  A view is a
+reshape: it shares its source's pointer.  ``run`` may be given the caller's arrays for
+outputs (an onnxruntime ``IOBinding``'s): the kernel writes into them, filled first as
+a fresh output would be, and no copy is made.
 Python's part of a run is writing the per-run pointers and one call (cffi releases the
 GIL for it).  The executor is the same C for every model, compiled once per machine (a
 model's C had cost every cold compile a gcc run at its end, 75 ms for BERT-2L);
@@ -32,19 +35,11 @@ from .. import config
 from ..diagnostics import KernelRuntimeError
 from ..machine import threads
 from ..runtime.memory import aligned_copy, allocator, is_aligned
-from ..runtime.executor import CALL, FILL, executor
+from ..runtime.executor import CALL, FILL, executor, fill_word
 from ..runtime.ffi import ffi
 from ..runtime.native import set_threads
 from .governor import Governor
 from .group import Group, View
-
-def fill_word(dtype, fill) -> tuple[int, int]:
-    """``(width, word)``: an element of ``dtype`` equal to ``fill``, as the unsigned
-    integer of its bytes (bit-exact: -inf, NaN, -1)."""
-    raw = np.full(1, fill, dtype).tobytes()
-    word = int.from_bytes(raw, "little")
-    return len(raw), word - (1 << 64) if word >= 1 << 63 else word
-
 
 class Driver:
     """The native entry point of a host ``Plan`` (see the module docstring)."""
@@ -122,10 +117,19 @@ class Driver:
         self.code = "\n".join(lines) + "\n"
         self._code = np.array(code, np.int64)
         self.copies: dict = {}  # graph input -> its aligned buffer, when it needs one
+        #: what each position of ``p`` holds (the AOT export reads them: polytc.aot)
+        self.index, self.fixed = index, fixed
         self._load(fixed, len(index))
-        self.full = threads()
-        self.governor = Governor(self.full) if config.adaptive_threads() and self.full > 1 \
-            else None
+        #: a fresh output -> the value its kernel wants it filled with first, or None
+        self.out_fill = {v: fills.get(v) for _k, v, *_ in self.fresh}
+        # an explicit team size (the session's ``Options.num_threads``, which its kernels
+        # were compiled with) is every run's; else all cores, or one while that is
+        # faster on a busy machine (the governor)
+        explicit = next((ck.options.num_threads for ck in self.kernels
+                         if ck.options.num_threads), None)
+        self.full = threads(explicit)
+        self.governor = Governor(self.full) if explicit is None and \
+            config.adaptive_threads() and self.full > 1 else None
 
     def _load(self, fixed, n):
         self._exec = executor()
@@ -139,14 +143,19 @@ class Driver:
             self._p[k] = ffi.from_buffer(a)
         self._step = ffi.new("int *")
 
-    def run(self, feeds: dict, names) -> list:
-        """The outputs ``names`` for ``feeds``; the caller holds the plan's lock."""
-        keep, store = self._bind(feeds)
+    def run(self, feeds: dict, names, times: np.ndarray | None = None,
+            out: dict | None = None) -> list:
+        """The outputs ``names`` for ``feeds``; the caller holds the plan's lock.
+        ``times`` (float64, one per group of ``steps``): each group's seconds are added
+        to it; ``out``: output name -> a C-contiguous array of its shape and dtype to
+        write it into (see ``_given``)."""
+        keep, store = self._bind(feeds, out)
         gov = self.governor
         n = gov.threads() if gov is not None else self.full
         set_threads(n)
+        t = ffi.NULL if times is None else ffi.from_buffer("double[]", times)
         t0 = time.perf_counter()
-        rc = self._exec(self._prog, len(self._code), self._fns, self._p, self._step, ffi.NULL)
+        rc = self._exec(self._prog, len(self._code), self._fns, self._p, self._step, t)
         if gov is not None:
             gov.record(n, time.perf_counter() - t0)
         del keep  # the feeds' buffers lived through the call
@@ -185,9 +194,10 @@ class Driver:
         except KernelRuntimeError as e:
             raise self.plan.fault(self.steps[k], e) from None
 
-    def _bind(self, feeds: dict):
+    def _bind(self, feeds: dict, out: dict | None = None):
         """Point ``p`` at this run's feeds (aligned copies where a kernel wants them)
-        and fresh outputs: ``(buffers to keep alive, value -> fresh output)``."""
+        and fresh outputs (or the caller's arrays, ``out``): ``(buffers to keep alive,
+        value -> fresh output)``."""
         buf, p = ffi.from_buffer, self._p
         keep, store = [], {}
         for k, v in self.feeds:
@@ -202,9 +212,25 @@ class Driver:
             b = buf(a)
             keep.append(b)
             p[k] = b
+        given = self._given(out) if out else None
         for k, v, alloc, shape, dtype in self.fresh:
-            a = store[v] = alloc(shape, dtype)
+            a = store[v] = alloc(shape, dtype) if given is None or v not in given \
+                else given[v]
             b = buf(a)
             keep.append(b)
             p[k] = b
         return keep, store
+
+    def _given(self, out: dict) -> dict:
+        """The caller's arrays for outputs (name -> array of its shape and dtype) by the
+        fresh value each is (or is a view of), reshaped as that value and filled as its
+        kernel wants; an output that is a feed, a constant or a value already given is
+        left to the caller to copy."""
+        given: dict = {}
+        for n, a in out.items():
+            v = self.root.get(n, n)
+            if v in self.out_fill and v not in given:
+                a = given[v] = a.reshape(self.plan.bound.refs[v].shape)
+                if self.out_fill[v] is not None:
+                    a.fill(self.out_fill[v])
+        return given

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import onnx
+import onnx.inliner  # (a submodule that `import onnx` leaves out)
 from onnx import external_data_helper, helper, numpy_helper
 
 from ..diagnostics import ModelError
@@ -14,6 +15,9 @@ from . import expand
 from .ir import Graph, Node, TensorType
 
 MIN_OPSET = 13
+#: the domain of polytc's own forms of ONNX ops (int32 ``Conv``, ``QuantizeLinear`` to
+#: float, ...) in an optimised model that polytc wrote (``save.py``): read as the ops
+INTERNAL_DOMAIN = "ai.polytc"
 
 
 def load(model, where: str = "<model>", external: list | None = None) -> onnx.ModelProto:
@@ -240,7 +244,8 @@ def nodes_of(g: onnx.GraphProto, prefix: str = "") -> list:
             name = f"{name}_{k}"
         seen.add(name)
         attrs = tuple(sorted((a.name, _attr(a)) for a in n.attribute))
-        nodes.append(Node(n.op_type, name, tuple(n.input), tuple(n.output), attrs, n.domain))
+        domain = "" if n.domain == INTERNAL_DOMAIN else n.domain
+        nodes.append(Node(n.op_type, name, tuple(n.input), tuple(n.output), attrs, domain))
     return nodes
 
 

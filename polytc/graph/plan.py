@@ -17,6 +17,7 @@ Python owner) right after its last reader has run; the host arena is not allocat
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import time
@@ -75,9 +76,12 @@ class Plan:
         built = {k: self._compile(g, k[0], options, k[1]) for k, g in ready}
         order = [kv for kv in order if kv[0] not in built]
         if order:
+            # each compile in a copy of this thread's context (a session's log level)
+            ctxs = [contextvars.copy_context() for _ in order]
             with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
                 built.update(zip((k for k, _ in order), pool.map(
-                    lambda kv: self._compile(kv[1], kv[0][0], options, kv[0][1]), order)))
+                    lambda c, kv: c.run(self._compile, kv[1], kv[0][0], options, kv[0][1]),
+                    ctxs, order)))
         for s in groups:
             self.kernels[s.name] = built[canon[s.name]]
         self.timings["compile"] = time.perf_counter() - t0
@@ -262,13 +266,16 @@ class Plan:
         return a
 
     # --- running ---------------------------------------------------------------------
-    def run(self, feeds: dict, names) -> list:
+    def run(self, feeds: dict, names, times=None, out: dict | None = None) -> list:
+        """The outputs ``names`` for ``feeds``; on the native entry point, ``times``
+        and ``out`` as ``Driver.run`` takes them (each group's seconds, the caller's
+        output arrays), else ignored."""
         with self._lock:  # the arena is shared by runs of this plan
             if self.device is not None:
                 env = self._execute_device(feeds, keep=set(names))
                 return [self._download(n, env[n]) for n in names]
             if self.driver is not None:
-                return self.driver.run(feeds, names)
+                return self.driver.run(feeds, names, times, out)
             env = self._execute(feeds)
             return [env[n] if n in self.owned else np.array(env[n]) for n in names]
 

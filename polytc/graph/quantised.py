@@ -64,7 +64,10 @@ class _Rewrite:
         out = out or self._name()
         self.nodes.append(Node(op, f"{self.prefix}_{op}{len(self.nodes)}", tuple(inputs),
                                (out,), tuple(sorted(attrs.items()))))
-        self.types[out] = TensorType(np.dtype(dtype), None)
+        # the replaced node's own output keeps its shape (a graph output's is the user's)
+        old = self.g.types.get(out) if out in self.node.outputs else None
+        keep = old is not None and np.dtype(old.dtype) == np.dtype(dtype)
+        self.types[out] = TensorType(np.dtype(dtype), old.shape if keep else None)
         return out
 
     def centred(self, x: str, zero: str, column: int = 0, dtype=np.int32) -> str:

@@ -112,12 +112,39 @@ class Session:
         if key is not None and all(feeds[v] is input_feed[v] for v in self.graph.inputs):
             # the next call that matches ``key`` would pass every check
             self._seen[key] = (plan, names)
-        outs = plan.run(feeds, names)
-        if self.graph.boundary:  # half-precision outputs: rounded here (halves.py)
-            half = self.graph.boundary
-            outs = [o.astype(half[n]) if n in half else o
-                    for o, n in zip(outs, names)]
-        return outs
+        return self._rounded(plan.run(feeds, names), names)
+
+    @user_boundary
+    def run_with(self, output_names, input_feed: dict, out: dict | None = None,
+                 timed: bool = False) -> tuple:
+        """``run`` with what the onnxruntime surface (``ortapi.py``) adds:
+        ``(outputs, times)``.  ``out``: output name -> a C-contiguous array of this
+        run's shape and the model's dtype for that output, which is returned in its
+        place, the output written into it (by the kernel itself where the native entry
+        point computes it: no copy); ``timed``: ``times`` is ``[(group, seconds)]``,
+        each compiled group's time in this run as the native entry point clocks it
+        (``[]`` without one: an accelerator target)."""
+        feeds = self._check_feeds(input_feed)
+        names = self._check_outputs(output_names)
+        plan = self.plan({v: a.shape for v, a in feeds.items()})
+        out = self._check_out(plan, out or {})
+        driver = plan.driver
+        times = np.zeros(len(driver.steps)) if timed and driver is not None else None
+        direct = {n: a for n, a in out.items() if n not in self.graph.boundary}
+        outs = self._rounded(plan.run(feeds, names, times, direct or None), names)
+        for k, n in enumerate(names):
+            if n in out:
+                if not np.may_share_memory(outs[k], out[n]):  # (not written in place)
+                    np.copyto(out[n], outs[k])
+                outs[k] = out[n]
+        return outs, [] if times is None else list(zip(driver.steps, times.tolist()))
+
+    def _rounded(self, outs: list, names) -> list:
+        """Half-precision outputs rounded from the float32 computed (halves.py)."""
+        half = self.graph.boundary
+        if not half:
+            return outs
+        return [o.astype(half[n]) if n in half else o for o, n in zip(outs, names)]
 
     # --- compiled forms --------------------------------------------------------------
     def plan(self, shapes: dict):
@@ -145,6 +172,17 @@ class Session:
                                         self.options, self.fuse, self.target, self.native,
                                         self._generaliser, self._generic, self._memory)
         return p
+
+    @user_boundary
+    def export(self, directory, shapes: dict | None = None, build: bool = True):
+        """Write the model compiled ahead of time to ``directory``: C sources, weights
+        and a Makefile that builds a library and ``run_model``, which run without
+        Python (``polytc.aot``, docs/export.md).  Symbolic input dimensions stay
+        symbolic, except where ``shapes`` (input name -> shape) fixes them; returns the
+        ``polytc.aot.Exported``."""
+        from ..aot import export_session
+
+        return export_session(self, directory, shapes, build)
 
     def __repr__(self):
         return (f"<polytc.onnx.Session {len(self.graph.nodes)} nodes, inputs "
@@ -187,6 +225,24 @@ class Session:
                                  hint="outputs: " + ", ".join(self.graph.outputs))
         return list(names)
 
+    def _check_out(self, plan, out: dict) -> dict:
+        """``out`` (output name -> the caller's array) checked against ``plan``'s
+        shapes and the model's dtypes."""
+        for n, a in out.items():
+            self._check_outputs([n])
+            r = plan.bound.refs[n]
+            want = np.dtype(self.graph.boundary.get(n, r.dtype))
+            if not isinstance(a, np.ndarray) or a.dtype != want or \
+                    a.shape != tuple(r.shape):
+                got = f"{type(a).__name__}" if not isinstance(a, np.ndarray) else \
+                    f"{a.dtype.name} {list(a.shape)}"
+                raise ModelError(f"output '{n}' is bound to a {got} buffer; this run's "
+                                 f"output is {want.name} {list(r.shape)}")
+            if not (a.flags.c_contiguous and a.flags.writeable):
+                raise ModelError(f"output '{n}' is bound to a buffer that is not "
+                                 "contiguous and writable")
+        return out
+
     def _check_feeds(self, feed) -> dict:
         g = self.graph
         if not isinstance(feed, dict):
@@ -205,11 +261,7 @@ class Session:
         for v in g.inputs:
             a = feed[v]
             if not isinstance(a, np.ndarray):
-                try:
-                    a = np.asarray(a)
-                except Exception:  # noqa: BLE001
-                    raise ModelError(f"input '{v}': {type(feed[v]).__name__} is not an "
-                                     "array") from None
+                a = _host_array(v, a)
             t = g.types[v]
             want = g.boundary.get(v, t.dtype)  # a half-precision input: widened below
             if a.dtype != want and a.dtype.newbyteorder("=") == want:
@@ -240,6 +292,28 @@ class Session:
             # np.ascontiguousarray would make a 0-d array 1-d
             feeds[v] = a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape)
         return feeds
+
+
+def _host_array(v: str, a) -> np.ndarray:
+    """Feed ``v``, not a numpy array, as one: a DLPack tensor in host memory (a torch
+    CPU tensor) shared without a copy (``np.from_dlpack``), anything else as
+    ``np.asarray`` makes it."""
+    if hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
+        device = a.__dlpack_device__()
+        if device[0] != 1:  # DLPack's kDLCPU
+            raise ModelError(f"input '{v}' is a {type(a).__name__} on device "
+                             f"{getattr(a, 'device', device)}; polytc reads its inputs "
+                             "from host memory", hint="copy it there first (tensor.cpu())")
+        try:
+            return np.from_dlpack(a)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise ModelError(f"input '{v}': numpy cannot share the {type(a).__name__} "
+                             f"({str(e).strip().splitlines()[0]})",
+                             hint="detach it, or pass a numpy array") from None
+    try:
+        return np.asarray(a)
+    except Exception:  # noqa: BLE001
+        raise ModelError(f"input '{v}': {type(a).__name__} is not an array") from None
 
 
 def _array_key(a):

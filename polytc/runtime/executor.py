@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from ..codegen_c.compiler import build_shared_object
 from .ffi import Library
 
@@ -68,6 +70,14 @@ int polytc_exec(const int64_t *code, long n, void *const *fn, void *const *p, in
 }
 """
 CALL, FILL = 0, 1
+
+
+def fill_word(dtype, fill) -> tuple[int, int]:
+    """``(width, word)``: an element of ``dtype`` equal to ``fill``, as the unsigned
+    integer of its bytes (bit-exact: -inf, NaN, -1)."""
+    raw = np.full(1, fill, dtype).tobytes()
+    word = int.from_bytes(raw, "little")
+    return len(raw), word - (1 << 64) if word >= 1 << 63 else word
 
 
 def executor():

@@ -1,0 +1,230 @@
+"""Ahead-of-time export: a compiled model or kernel as a directory that builds and runs
+without Python (docs/export.md).
+
+    polytc.onnx.export("model.onnx", "out/")          # or polytc export model.onnx -o out
+    kernel.export("out/", A, B)                        # a TC kernel at these inputs' sizes
+
+The directory holds ``model.h`` (the C API), ``model.c`` (the plan: ``emit.py``), one
+``kernel_K.c`` per compiled kernel, ``weights.bin`` (the constants and the packed weights,
+embedded in the library by ``weights.S``), ``run_model.c`` (a command line program that
+runs the model on .npy files) and a ``Makefile``; the export runs ``make``, which builds
+``libpolytc_model.so`` and ``run_model``.  Neither needs Python, islpy or a compiler to
+run, only libgomp and libm.  The code is compiled for this machine's CPU (``-march=native``
+and the vector width polytc chose for it), like every polytc kernel.
+
+A model whose inputs have symbolic dimensions exports with those dimensions symbolic: the
+kernels are the plan's generic ones, the memory layout is a polynomial in the dimensions
+(``layout.py``), and every run passes their values.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codegen_c.compiler import _cc, default_flags
+from ..diagnostics import CompilationError, ModelError, UnsupportedError
+from . import layout as L
+from .emit import Emitter
+
+_HERE = os.path.dirname(__file__)
+LIBRARY, PROGRAM = "libpolytc_model.so", "run_model"
+
+
+@dataclass(frozen=True)
+class Exported:
+    """An exported directory: ``library`` and ``program`` are paths in it (None when
+    it was written without building)."""
+
+    directory: str
+    dims: tuple  # the symbolic dimensions' names, in the order runs take their values
+    library: str | None
+    program: str | None
+
+    def __repr__(self):
+        dims = f", dims {list(self.dims)}" if self.dims else ""
+        return f"<polytc export {self.directory}{dims}>"
+
+
+def export_session(session, directory, shapes: dict | None = None,
+                   build: bool = True) -> Exported:
+    """Export a ``polytc.onnx`` session: its symbolic input dimensions stay symbolic,
+    except those that ``shapes`` (input name -> shape) fixes."""
+    g = session.graph
+    if session.target != "c":
+        raise UnsupportedError(f"export builds C: the session's target is "
+                               f"'{session.target}'", hint="compile the model with target='c'")
+    if g.boundary:
+        raise UnsupportedError("export of a model with float16/bfloat16 inputs or outputs "
+                               "is not supported yet", hint="convert its inputs and outputs "
+                               "to float32 (the model computes them in float32 anyway)")
+    base, dims = _input_shapes(session, shapes or {})
+    points = L.corners(len(dims)) if dims else [()]
+    if len(dims) > 3:
+        raise UnsupportedError(f"the model has {len(dims)} symbolic dimensions "
+                               f"({', '.join(dims)}); export keeps at most 3 symbolic",
+                               hint=L._FIX)
+    snaps = [_snapshot(session, _at(base, dims, pt)) for pt in points]
+    check = L.verify_point(len(dims))
+    fitted = L.fit(snaps, points, (_snapshot(session, _at(base, dims, check)), check)
+                   if dims else (snaps[0], ()), "model")
+    plan = session.plan(_at(base, dims, points[0]))
+    data = {}
+    for e in fitted["p"]:
+        if e[0] == "const":
+            data[e[1]] = plan.constants[e[1]]
+        elif e[0] == "packed":
+            data[f"{e[1]}:packed{e[2]}"] = plan.prepacked[e[1]][e[2]]
+    for _n, r, _s, _d in fitted["outputs"]:
+        if r in plan.constants and not any(e[0] == "fresh" and e[1] == r
+                                           for e in fitted["p"]):
+            data[r] = plan.constants[r]
+    inputs = [(v, np.dtype(g.types[v].dtype).str,
+               tuple(-(dims.index(d) + 1) if d in dims else d for d in base[v]))
+              for v in g.inputs]
+    return _write(Emitter(fitted, dims, inputs, data), directory, build, tuple(dims))
+
+
+def export_kernel(ck, directory, build: bool = True) -> Exported:
+    """Export a kernel compiled for one set of sizes (``Kernel.specialize``'s result)
+    as a model of one step: the program's inputs in, its outputs out."""
+    from ..runtime.executor import CALL, fill_word
+
+    if getattr(ck, "target", "c") != "c":
+        raise UnsupportedError(f"export builds C: the kernel's target is '{ck.target}'",
+                               hint="make the kernel with target='c'")
+    if ck.prepacked:
+        raise UnsupportedError("a kernel that packs constant operands (Options.constants) "
+                               "cannot be exported: its operands are inputs of every run",
+                               hint="export it without Options.constants")
+    prog = ck.program
+    p = [("size", int(v)) for v in ck._sizes]
+    p += [("feed", i) for i in range(len(prog.inputs))]
+    p += [("fresh", t.name) for t in prog.outputs]
+    p += [("scratch", int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize)
+          for s, d in ck.temps]
+    fills = [(t.name, fill_word(d, f), int(np.prod(s, dtype=np.int64)))
+             for t, s, d, f in zip(prog.outputs, ck.out_shapes, ck.out_dtypes, ck.out_fill)
+             if f is not None]
+    layout = {"kernels": {prog.name: (ck.code, tuple(ck.sites))},
+              "code": [len(p), CALL, 0, len(p)] + list(range(len(p))), "p": p,
+              "arena": {}, "fills": fills,
+              "aligned": [prog.inputs[i].name for i in ck.align_inputs],
+              "outputs": [(t.name, t.name, tuple(s), np.dtype(d).str) for t, s, d in
+                          zip(prog.outputs, ck.out_shapes, ck.out_dtypes)]}
+    inputs = [(t.name, np.dtype(t.dtype.np_dtype).str, tuple(t.extents(ck.env)))
+              for t in prog.inputs]
+    return _write(Emitter(layout, [], inputs, {}), directory, build, ())
+
+
+def _input_shapes(session, shapes: dict) -> tuple:
+    """``(input -> shape with dimension names left, the names)``."""
+    g = session.graph
+    for v in shapes:
+        if v not in g.inputs:
+            raise ModelError(f"shapes: the model has no input '{v}'",
+                             hint="inputs: " + ", ".join(g.inputs))
+    base, dims = {}, []
+    for v in g.inputs:
+        t = g.types[v]
+        if v in shapes:
+            base[v] = tuple(int(d) for d in shapes[v])
+            continue
+        if t.shape is None or any(d is None or d == "" for d in t.shape):
+            raise ModelError(f"input '{v}' has an unknown shape {t.shape}: give it",
+                             hint=f"export(..., shapes={{'{v}': (...)}}) or --shape "
+                                  f"{v}=DxD...")
+        base[v] = tuple(t.shape)
+        dims += [d for d in t.shape if isinstance(d, str) and d not in dims]
+    fixed = {d: n for v in shapes for d, n in zip(g.types[v].shape or (), shapes[v])
+             if isinstance(d, str)}
+    base = {v: tuple(fixed.get(d, d) for d in s) for v, s in base.items()}
+    return base, [d for d in dims if d not in fixed]
+
+
+def _at(base: dict, dims: list, values: tuple) -> dict:
+    at = dict(zip(dims, values))
+    return {v: tuple(at.get(d, d) for d in s) for v, s in base.items()}
+
+
+def _snapshot(session, shapes: dict) -> dict:
+    session._check_feeds({v: np.lib.stride_tricks.as_strided(
+        np.zeros((), session.graph.types[v].dtype), s, (0,) * len(s))
+        for v, s in shapes.items()})  # the shapes are the model's (a clear error if not)
+    plan = session.plan(shapes)
+    if plan.driver is None:
+        if plan.kernels:
+            raise UnsupportedError("export needs the native plan: compile the session "
+                                   "with native=True")
+        raise UnsupportedError("the model computes nothing (no compiled group): nothing to "
+                               "export")
+    return L.snapshot(plan, list(session.graph.inputs))
+
+
+def _write(em: Emitter, directory, build: bool, dims: tuple) -> Exported:
+    d = os.fspath(directory)
+    os.makedirs(d, exist_ok=True)
+    files = {"model.c": em.model_c(), "weights.S": em.weights_s(), "Makefile": _makefile(
+        len(em.sources))}
+    for u, text in enumerate(em.kernel_sources()):
+        files[f"kernel_{u}.c"] = text
+    for name, text in files.items():
+        with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    with open(os.path.join(d, "weights.bin"), "wb") as f:
+        f.write(em.blob)
+    for name in ("model.h", "run_model.c"):
+        shutil.copyfile(os.path.join(_HERE, name), os.path.join(d, name))
+    if build:
+        make(d)
+    return Exported(os.path.abspath(d), dims,
+                    os.path.join(os.path.abspath(d), LIBRARY) if build else None,
+                    os.path.join(os.path.abspath(d), PROGRAM) if build else None)
+
+
+def make(directory) -> None:
+    """Build an exported directory (``make``, with the jobs the machine has)."""
+    try:
+        r = subprocess.run(["make", "-s", f"-j{os.cpu_count() or 1}"], cwd=directory,
+                           capture_output=True, text=True, timeout=1800)
+    except FileNotFoundError:
+        raise CompilationError("building the export needs 'make'",
+                               hint="install make, or export with build=False") from None
+    if r.returncode:
+        raise CompilationError(f"building {directory} failed:\n{r.stderr[-4000:]}",
+                               hint="this is a polytc bug; please report it with the model")
+
+
+def _makefile(kernels: int) -> str:
+    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC", "-lm", "-lmvec")]
+    libs = [f for f in default_flags() if f in ("-lmvec", "-lm")]
+    objs = " ".join(["model.o", "weights.o"] + [f"kernel_{u}.o" for u in range(kernels)])
+    return f"""# Builds the model exported by polytc: make (the library and run_model), make clean.
+# The flags are those polytc compiled the kernels with on the exporting machine.
+CC ?= {_cc()[0]}
+CFLAGS ?= {' '.join(flags)}
+LDLIBS = {' '.join(libs)}
+OBJS = {objs}
+
+all: {PROGRAM}
+
+{LIBRARY}: $(OBJS)
+\t$(CC) $(CFLAGS) -shared -o $@ $(OBJS) $(LDLIBS)
+
+%.o: %.c model.h
+\t$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+
+weights.o: weights.S weights.bin
+\t$(CC) -c weights.S -o $@
+
+{PROGRAM}: run_model.c model.h {LIBRARY}
+\t$(CC) -O2 -std=gnu11 -o $@ run_model.c -L. -lpolytc_model -Wl,-rpath,'$$ORIGIN'
+
+clean:
+\trm -f *.o {LIBRARY} {PROGRAM}
+
+.PHONY: all clean
+"""

@@ -1,0 +1,217 @@
+"""Ahead-of-time export (polytc.aot): exported models and kernels build with make and run
+without Python, giving the outputs of polytc.onnx / the kernel itself."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polytc
+import polytc.onnx as ponnx
+from polytc import aot
+from polytc.diagnostics import ModelError, UnsupportedError
+from polytc.graph import examples as E
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+def run_exported(program: str, d, *arrays, threads: int | None = None) -> tuple:
+    """``(returncode, stderr, outputs by name)`` of ``run_model`` on ``arrays``, run with
+    an empty environment: no Python, no PATH."""
+    d = str(d)
+    paths = []
+    for i, a in enumerate(arrays):
+        paths.append(os.path.join(d, f"in{i}.npy"))
+        np.save(paths[-1], a)
+    out = os.path.join(d, "out")
+    shutil.rmtree(out, ignore_errors=True)
+    r = subprocess.run([program, "-o", out] + (["-t", str(threads)] if threads else []) +
+                       paths, capture_output=True, text=True, env={}, timeout=120)
+    got = {f[:-4]: np.load(os.path.join(out, f)) for f in os.listdir(out)} \
+        if r.returncode == 0 else {}
+    return r.returncode, r.stderr, got
+
+
+def check_model(model, d, batches, exact: bool = True):
+    sess = ponnx.compile(model)
+    e = aot.export_session(sess, d)
+    for n in batches:
+        feeds = E.example_inputs(model, batch=n)
+        rc, err, got = run_exported(e.program, d, *[feeds[v] for v in sess.graph.inputs])
+        assert rc == 0, err
+        for name, want in zip(sess.graph.outputs, sess.run(None, feeds)):
+            assert got[name].shape == want.shape and got[name].dtype == want.dtype
+            if exact:
+                np.testing.assert_array_equal(got[name], want)
+            else:
+                np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5)
+    return e
+
+
+def test_dynamic_batch_mlp_runs_without_python(tmp_path):
+    e = check_model(E.mlp(batch="N", sizes=(64, 32, 10)), tmp_path, [1, 3, 8])
+    assert e.dims == ("N",)
+    ldd = subprocess.run(["ldd", e.program], capture_output=True, text=True).stdout
+    assert "libpolytc_model.so" in ldd and "python" not in ldd.lower()
+    assert "python" not in subprocess.run(["ldd", e.library], capture_output=True,
+                                          text=True).stdout.lower()
+    # the directory rebuilds from its sources with make alone
+    subprocess.run(["make", "-s", "clean"], cwd=tmp_path, check=True)
+    subprocess.run(["make", "-s"], cwd=tmp_path, check=True, env={"PATH": "/usr/bin:/bin"})
+    x = np.random.default_rng(1).normal(size=(5, 64)).astype(np.float32)
+    rc, err, got = run_exported(e.program, tmp_path, x, threads=1)
+    want = ponnx.compile(E.mlp(batch="N", sizes=(64, 32, 10))).run(None, {"input": x})[0]
+    assert rc == 0, err
+    np.testing.assert_array_equal(got["probs"], want)
+
+
+def test_dynamic_batch_bert(tmp_path):
+    model = E.bert_encoder(batch="N", seq=16, vocab=50, d_model=32, heads=2, ffn=64,
+                           layers=1)
+    assert check_model(model, tmp_path, [1, 4]).dims == ("N",)
+
+
+def test_static_cnn_and_recurrent_models(tmp_path):
+    check_model(E.small_cnn(batch=2, image=16), tmp_path / "cnn", [2])
+    check_model(E.lstm_model(), tmp_path / "lstm", [2])
+
+
+def _edge_model():
+    """Outputs that are an input, a constant, a view and a copy of another output."""
+    vi = helper.make_tensor_value_info
+    outs = [vi("xid", TensorProto.FLOAT, ["N", 4]), vi("c", TensorProto.FLOAT, [2, 3]),
+            vi("y", TensorProto.FLOAT, ["N", 4]), vi("flat", TensorProto.FLOAT, ["M"]),
+            vi("y2", TensorProto.FLOAT, ["N", 4])]
+    nodes = [helper.make_node("Identity", ["x"], ["xid"]),
+             helper.make_node("Identity", ["cw"], ["c"]),
+             helper.make_node("Relu", ["x"], ["y"]),
+             helper.make_node("Reshape", ["y", "shape"], ["flat"]),
+             helper.make_node("Identity", ["y"], ["y2"])]
+    inits = [numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "cw"),
+             numpy_helper.from_array(np.array([-1], np.int64), "shape")]
+    g = helper.make_graph(nodes, "edge", [vi("x", TensorProto.FLOAT, ["N", 4])], outs,
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_outputs_that_no_kernel_writes(tmp_path):
+    sess = ponnx.compile(_edge_model())
+    e = aot.export_session(sess, tmp_path)
+    for n in (1, 3):
+        x = np.random.default_rng(n).normal(size=(n, 4)).astype(np.float32)
+        rc, err, got = run_exported(e.program, tmp_path, x)
+        assert rc == 0, err
+        for name, want in zip(sess.graph.outputs, sess.run(None, {"x": x})):
+            np.testing.assert_array_equal(got[name], want)
+
+
+def test_fixed_shapes_export_static(tmp_path):
+    sess = ponnx.compile(E.mlp(batch="N", sizes=(16, 8, 4)))
+    e = aot.export_session(sess, tmp_path, shapes={"input": (3, 16)})
+    assert e.dims == ()
+    x = np.ones((3, 16), np.float32)
+    rc, err, got = run_exported(e.program, tmp_path, x)
+    assert rc == 0, err
+    np.testing.assert_array_equal(got["probs"], sess.run(None, {"input": x})[0])
+    rc, err, _ = run_exported(e.program, tmp_path, np.ones((4, 16), np.float32))
+    assert rc == 1 and "input 'input': axis 0 is 4; the model wants 3" in err
+
+
+def test_run_model_rejects_bad_inputs(tmp_path):
+    e = aot.export_session(ponnx.compile(E.mlp(batch="N", sizes=(16, 8, 4))), tmp_path)
+    rc, err, _ = run_exported(e.program, tmp_path, np.ones((2, 16), np.float64))
+    assert rc == 1 and "has dtype <f8; the model wants <f4" in err
+    rc, err, _ = run_exported(e.program, tmp_path, np.ones(16, np.float32))
+    assert rc == 1 and "has rank 1; the model wants rank 2" in err
+    rc, err, _ = run_exported(e.program, tmp_path, np.ones((0, 16), np.float32))
+    assert rc == 1 and "dimension 'N' is 0; it must be at least 1" in err
+    np.save(tmp_path / "f.npy", np.asfortranarray(np.ones((3, 16), np.float32)))
+    r = subprocess.run([e.program, "-o", str(tmp_path / "o"), str(tmp_path / "f.npy")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "a Fortran-ordered array" in r.stderr
+    r = subprocess.run([e.program, "-o", str(tmp_path / "o")], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "usage:" in r.stderr and "input.npy" in r.stderr
+    (tmp_path / "bad.npy").write_bytes(b"not numpy")
+    r = subprocess.run([e.program, "-o", str(tmp_path / "o"), str(tmp_path / "bad.npy")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "is not a .npy file" in r.stderr
+
+
+def test_two_inputs_must_agree_on_a_dimension(tmp_path):
+    from .test_onnx_errors import small_model
+
+    sess = ponnx.compile(small_model("symbolic"))
+    e = aot.export_session(sess, tmp_path)
+    rc, err, _ = run_exported(e.program, tmp_path, np.ones((2, 4), np.float32),
+                              np.ones((3, 4), np.float32))
+    assert rc == 1 and "axis 0 ('N') is 3, but 2 in an earlier input" in err
+    x, b = np.ones((3, 4), np.float32), np.full((3, 4), -0.5, np.float32)
+    rc, err, got = run_exported(e.program, tmp_path, x, b)
+    assert rc == 0, err
+    np.testing.assert_array_equal(got["y"], sess.run(None, {"x": x, "b": b})[0])
+
+
+def test_export_refusals():
+    sess = ponnx.compile(E.transformer_layer(batch="N", seq="S", d_model=16, heads=2,
+                                             ffn=32, mask=None))
+    with pytest.raises(UnsupportedError, match="one library cannot serve every value of "
+                       "the model's symbolic dimensions: the group g0 .* is compiled for "
+                       "each value"):
+        aot.export_session(sess, "/nonexistent", build=False)
+    with pytest.raises(ModelError, match="shapes: the model has no input 'nope'"):
+        aot.export_session(sess, "/nonexistent", shapes={"nope": (1,)}, build=False)
+
+
+def test_kernel_export(tmp_path):
+    k = polytc.tc("""
+    def mm(float(M,K) A, float(K,N) B) -> (C, R) {
+        C(m, n) +=! A(m, k) * B(k, n)
+        R(m) max=! C(m, n)
+    }""")
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(37, 19)).astype(np.float32)
+    B = rng.normal(size=(19, 23)).astype(np.float32)
+    e = k.export(tmp_path, A, B)
+    rc, err, got = run_exported(e.program, tmp_path, A, B)
+    assert rc == 0, err
+    C, R = k(A, B)
+    np.testing.assert_array_equal(got["C"], C)
+    np.testing.assert_array_equal(got["R"], R)
+
+
+def test_kernel_export_keeps_its_run_time_checks(tmp_path):
+    g = polytc.tc("def g(float(N) X, int64(M) I) -> (Y) { Y(i) = X(I(i)) }")
+    X = np.arange(5, dtype=np.float32)
+    e = g.export(tmp_path, X, np.array([0, 4, 2]))
+    rc, err, got = run_exported(e.program, tmp_path, X, np.array([4, 0, 1]))
+    assert rc == 0 and got["Y"].tolist() == [4, 0, 1]
+    rc, err, _ = run_exported(e.program, tmp_path, X, np.array([0, 9, 2]))
+    assert rc == 1 and "read out of bounds: subscript 0 of 'X' is outside 0:5" in err
+
+
+def test_cli_export(tmp_path, capsys):
+    import onnx
+
+    from polytc.cli import main
+
+    onnx.save(E.mlp(batch="N", sizes=(16, 8, 4)), tmp_path / "m.onnx")
+    assert main(["export", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "symbolic dimensions N" in out and "run_model -o OUTDIR input.npy" in out
+    x = np.ones((2, 16), np.float32)
+    rc, err, got = run_exported(str(tmp_path / "d" / "run_model"), tmp_path, x)
+    assert rc == 0, err
+    assert got["probs"].shape == (2, 4)
+    assert main(["export", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "e"), "--shape",
+                 "input=3x16", "--no-build"]) == 0
+    assert "build it: make -C" in capsys.readouterr().out
+    assert not (tmp_path / "e" / "run_model").exists()
+    assert "#define PT_NDIMS 0" in (tmp_path / "e" / "model.c").read_text()
+    assert main(["export", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "f"), "--shape",
+                 "nope=1"]) == 1
+    assert "the model has no input 'nope'" in capsys.readouterr().err
