@@ -67,6 +67,31 @@ def test_batch_and_sequence_both_symbolic(monkeypatch):
             monkeypatch.setattr(pipeline, "run", _no_compile)
 
 
+def test_a_flattened_batch_of_sequences_compiles_once(monkeypatch):
+    """``Reshape(x, [-1, d])`` of an [N, S, d] input before a MatMul: its N * S rows are
+    a size of their own (``D0xD1``), not a group compiled for each pair of values."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    vi = helper.make_tensor_value_info
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["f"]),
+         helper.make_node("MatMul", ["f", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "flat", [vi("x", TensorProto.FLOAT, ["N", "S", 8])],
+        [vi("y", TensorProto.FLOAT, ["M", 16])],
+        [numpy_helper.from_array(np.array([-1, 8], np.int64), "shape"),
+         numpy_helper.from_array(rng.normal(size=(8, 16)).astype(np.float32), "w")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    sess = polytc.onnx.compile(m)
+    for k, (b, s) in enumerate(((2, 8), (3, 8), (2, 5), (1, 1), (4, 7))):
+        feeds = {"x": rng.normal(size=(b, s, 8)).astype(np.float32)}
+        _close(sess.run(None, feeds), reference(m, feeds))
+        if k == 0:
+            plan = sess.plan({"x": (b, s, 8)})
+            assert any("D0xD1" in ck.symbolic for ck in plan.kernels.values())
+            monkeypatch.setattr(pipeline, "run", _no_compile)
+
+
 def test_a_first_batch_of_one_is_specialised(monkeypatch):
     """A batch of one seen first keeps its specialised kernels (a one-row product, a
     one-image convolution on every thread); the next batch makes the generic ones."""
@@ -106,6 +131,17 @@ def test_generaliser_names_only_numbers_that_follow_the_dimension():
     assert gen2.generic(t16, {"N": 8}) is None
     text, names = gen2.generic(t6, {"N": 3})
     assert names == ("D0", "D0x2") and "float(D0x2, 4) a0" in text
+    # a product of two dimensions (N * S rows) gets one too
+    class G2:  # x [N, S, 4]
+        inputs = ["x"]
+        types = {"x": type("T", (), {"shape": ("N", "S", 4)})()}
+
+    gen4 = Generaliser(G2())
+    t40 = t8.replace("float(8, 4) a0", "float(40, 4) a0")  # N = 8, S = 5
+    t21 = t3.replace("float(3, 4) a0", "float(21, 4) a0")  # N = 3, S = 7
+    assert gen4.generic(t40, {"N": 8, "S": 5}) is None
+    text, names = gen4.generic(t21, {"N": 3, "S": 7})
+    assert "float(D0xD1, 4) a0" in text and "D0xD1" in names
     # a number that follows the dimension otherwise (N + 1) keeps the group specialised
     t9 = t8.replace("float(8, 4) a0", "float(9, 4) a0")
     t4 = t3.replace("float(3, 4) a0", "float(4, 4) a0")

@@ -156,9 +156,43 @@ def test_two_inputs_must_agree_on_a_dimension(tmp_path):
     np.testing.assert_array_equal(got["y"], sess.run(None, {"x": x, "b": b})[0])
 
 
+def test_batch_and_sequence_symbolic(tmp_path):
+    """Two symbolic dimensions: attention's scores are N x H x S x S (a polynomial of
+    degree 2 in S), a flattened batch of sequences N * S rows."""
+    model = E.transformer_layer(batch="N", seq="S", d_model=16, heads=2, ffn=32, mask=None)
+    sess = ponnx.compile(model)
+    e = aot.export_session(sess, tmp_path / "tr")
+    assert e.dims == ("N", "S")
+    rng = np.random.default_rng(0)
+    for n, seq in ((1, 1), (2, 9), (3, 4)):
+        x = rng.normal(size=(n, seq, 16)).astype(np.float32)
+        rc, err, got = run_exported(e.program, tmp_path, x)
+        assert rc == 0, err
+        np.testing.assert_array_equal(got["output"], sess.run(None, {"input": x})[0])
+    vi = helper.make_tensor_value_info
+    flat = helper.make_model(helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["f"]),
+         helper.make_node("MatMul", ["f", "w"], ["y"])], "flat",
+        [vi("x", TensorProto.FLOAT, ["N", "S", 4])], [vi("y", TensorProto.FLOAT, ["M", 4])],
+        [numpy_helper.from_array(np.array([-1, 4], np.int64), "shape"),
+         numpy_helper.from_array(rng.normal(size=(4, 4)).astype(np.float32), "w")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    sess = ponnx.compile(flat)
+    e = aot.export_session(sess, tmp_path / "flat")
+    x = rng.normal(size=(3, 5, 4)).astype(np.float32)
+    rc, err, got = run_exported(e.program, tmp_path, x)
+    assert rc == 0, err
+    np.testing.assert_array_equal(got["y"], sess.run(None, {"x": x})[0])
+
+
 def test_export_refusals():
-    sess = ponnx.compile(E.transformer_layer(batch="N", seq="S", d_model=16, heads=2,
-                                             ffn=32, mask=None))
+    vi = helper.make_tensor_value_info
+    pool = helper.make_model(helper.make_graph(  # H / 2 rows: no polynomial in H
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+        "pool", [vi("x", TensorProto.FLOAT, [1, 2, "H", 8])],
+        [vi("y", TensorProto.FLOAT, [1, 2, "H2", 4])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    sess = ponnx.compile(pool)
     with pytest.raises(UnsupportedError, match="one library cannot serve every value of "
                        "the model's symbolic dimensions: the group g0 .* is compiled for "
                        "each value"):

@@ -62,7 +62,7 @@ def export_session(session, directory, shapes: dict | None = None,
                                "is not supported yet", hint="convert its inputs and outputs "
                                "to float32 (the model computes them in float32 anyway)")
     base, dims = _input_shapes(session, shapes or {})
-    points = L.corners(len(dims)) if dims else [()]
+    points = L.grid(len(dims)) if dims else [()]
     if len(dims) > 3:
         raise UnsupportedError(f"the model has {len(dims)} symbolic dimensions "
                                f"({', '.join(dims)}); export keeps at most 3 symbolic",

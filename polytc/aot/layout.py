@@ -4,14 +4,17 @@ A plan's native entry point (``graph/native.py``) is data: the executor's instru
 the kernels it calls and what each position of its pointer table ``p`` holds (a size, a
 weight, a packed weight, a slice of the arena, a kernel's scratch, a feed, an output).
 ``snapshot`` reads that off a ``Plan``.  A model with symbolic input dimensions (a batch
-``N``) has one plan per value, all calling the same generic kernels (``dynamic.py``):
-what changes between them is numbers — sizes, byte counts, offsets in the arena, fill
-counts, output shapes — each a product of the dimensions' values with constants.
-``fit`` reads those numbers off the plans at the corners of a box (every dimension at 2
-and 3: 2^d plans) and writes each as the multilinear polynomial through them, then checks
-the polynomials against one more plan (``VERIFY``); a number that is not multilinear in
-the dimensions, or a plan whose structure differs (a group specialised at each value),
-makes the model unexportable with symbolic dimensions: the caller fixes them instead.
+``N``, a sequence length ``S``) has one plan per value, all calling the same generic
+kernels (``dynamic.py``): what changes between them is numbers — sizes, byte counts,
+offsets in the arena, fill counts, output shapes — each a polynomial in the dimensions'
+values (``N * S * 256 * 4`` bytes; attention scores ``N * H * S * S``).  ``fit`` reads
+those numbers off the plans on a grid (each dimension at three values of its own,
+``samples``: 3^d plans) and writes each as the polynomial of degree at most 2 in every
+dimension through them (exactly, in rationals), then checks the polynomials against one
+more plan (``verify_point``).  A number that is no such polynomial, or a plan whose
+structure differs (a group specialised at each value), makes the model unexportable with
+symbolic dimensions: the caller fixes them instead.  The dimensions take values apart
+from each other's, so that a number in a group's text names one dimension only.
 
 The arena's buffers are sized at run time: a buffer is as large as the largest value it
 holds at the dimensions of the run.  The first plan's assignment of values to buffers is
@@ -21,7 +24,9 @@ assignment stays valid at every value of the dimensions.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -29,9 +34,8 @@ from ..diagnostics import UnsupportedError
 from ..graph.group import Group
 from ..runtime.executor import FILL, fill_word
 
-#: the values of each symbolic dimension at which plans are sampled; one more plan, at
-#: ``VERIFY + 2 * j`` for dimension ``j``, checks the polynomials
-CORNERS, VERIFY = (2, 3), 5
+#: the degree of the polynomials in each dimension (3 samples per dimension)
+DEGREE = 2
 
 
 @dataclass(frozen=True)
@@ -50,27 +54,35 @@ class First:
 
 @dataclass(frozen=True)
 class Poly:
-    """``sum(c * prod(d[j] for j in S))`` over its terms ``(S, c)``: a number at the
-    run's dimensions ``d``."""
+    """``sum(c * prod(d[j] ** e[j])) / den`` over its terms ``(e, c)``: a number at the
+    run's dimensions ``d`` (``den`` divides the sum at every integer point it fits)."""
 
     terms: tuple
+    den: int = 1
 
     def __call__(self, values) -> int:
-        return sum(c * int(np.prod([values[j] for j in s], dtype=np.int64))
-                   for s, c in self.terms)
+        total = sum(c * math.prod(v ** e for v, e in zip(values, exps))
+                    for exps, c in self.terms)
+        return total // self.den if total % self.den == 0 else None
 
     @property
     def constant(self) -> int | None:
         """Its value where it depends on no dimension, else None."""
         if not self.terms:
             return 0
-        return self.terms[0][1] if len(self.terms) == 1 and not self.terms[0][0] else None
+        if len(self.terms) == 1 and not any(self.terms[0][0]):
+            return self.terms[0][1] // self.den
+        return None
 
     def c(self, dims: str = "d") -> str:
         """The polynomial as a C expression over ``dims[j]`` (int64_t)."""
-        parts = [" * ".join(([f"INT64_C({c})"] if c != 1 or not s else []) +
-                            [f"{dims}[{j}]" for j in s]) for s, c in self.terms]
-        return " + ".join(parts) or "INT64_C(0)"
+        parts = []
+        for exps, c in self.terms:
+            factors = [f"{dims}[{j}]" for j, e in enumerate(exps) for _ in range(e)]
+            parts.append(" * ".join(([f"INT64_C({c})"] if c != 1 or not factors else []) +
+                                    factors))
+        text = " + ".join(parts) or "INT64_C(0)"
+        return f"({text}) / {self.den}" if self.den != 1 else text
 
 
 def snapshot(plan, inputs: list) -> dict:
@@ -130,13 +142,13 @@ def snapshot(plan, inputs: list) -> dict:
 
 
 def fit(snapshots: list, points: list, check: tuple, where: str = "") -> object:
-    """The structure of ``snapshots`` (taken at ``points``, the corners of the box in the
-    order of ``corners``) with every ``Num`` a ``Poly``, checked against ``check``
-    (``(snapshot, point)``); raises UnsupportedError where the plans differ."""
+    """The structure of ``snapshots`` (taken at ``points``: ``grid``'s) with every
+    ``Num`` a ``Poly``, checked against ``check`` (``(snapshot, point)``); raises
+    UnsupportedError where the plans differ."""
     def walk(items, path):
         first = items[0]
         if isinstance(first, Num):
-            return _poly([x.v for x in items], len(points[0]), path)
+            return _poly([x.v for x in items], points, path)
         if isinstance(first, First):
             return first.v
         if isinstance(first, (list, tuple)) and not isinstance(first, str):
@@ -158,36 +170,55 @@ def fit(snapshots: list, points: list, check: tuple, where: str = "") -> object:
     return fitted
 
 
-def corners(ndims: int) -> list:
-    """The points at which plans are sampled, in the order ``fit`` expects."""
-    return [tuple(CORNERS[b] for b in bits)
-            for bits in itertools.product((0, 1), repeat=ndims)]
+def samples(ndims: int) -> list:
+    """The ``DEGREE + 1`` values of each dimension at which plans are taken: apart from
+    every other dimension's (``2, 3, 4`` for the first, ``7, 8, 9`` for the second)."""
+    return [tuple(2 + 5 * j + k for k in range(DEGREE + 1)) for j in range(ndims)]
+
+
+def grid(ndims: int) -> list:
+    """The points at which plans are taken (every combination of ``samples``)."""
+    return list(itertools.product(*samples(ndims)))
 
 
 def verify_point(ndims: int) -> tuple:
-    return tuple(VERIFY + 2 * j for j in range(ndims))
+    """A point off the grid whose plan checks the polynomials."""
+    return tuple(2 + 5 * j + DEGREE + 2 + j for j in range(ndims))
 
 
-def _poly(values: list, ndims: int, path: str) -> Poly:
-    """The multilinear polynomial through ``values`` at ``corners(ndims)``.  Around the
-    first corner (the corners are 1 apart), the coefficient of ``prod(d[j] - 2 for j in
-    S)`` is the alternating sum of the values at the corners inside S; expanded, the
-    terms are plain products of dimensions."""
-    origin = CORNERS[0]
-    coef: dict = {}
-    for bits in itertools.product((0, 1), repeat=ndims):
-        s = tuple(j for j, b in enumerate(bits) if b)
-        c = 0
-        for sub in itertools.product((0, 1), repeat=len(s)):
-            at = [0] * ndims
-            for j, b in zip(s, sub):
-                at[j] = b
-            k = int("".join(map(str, at)), 2) if ndims else 0
-            c += (-1) ** (len(s) - sum(sub)) * values[k]
-        for keep in itertools.product((0, 1), repeat=len(s)):  # prod(d[j] - origin)
-            t = tuple(j for j, b in zip(s, keep) if b)
-            coef[t] = coef.get(t, 0) + c * (-origin) ** (len(s) - len(t))
-    return Poly(tuple((t, c) for t, c in sorted(coef.items()) if c))
+def _poly(values: list, points: list, path: str) -> Poly:
+    """The polynomial of degree at most ``DEGREE`` in each dimension through ``values``
+    at ``points`` (``grid``'s): the sum of each value times the product of Lagrange's
+    basis polynomials of its point, in exact rationals, expanded into monomials."""
+    ndims = len(points[0]) if points else 0
+    axes = samples(ndims)
+    # per dimension and sample: the basis polynomial's coefficients, by power
+    basis = []
+    for xs in axes:
+        one = []
+        for i, xi in enumerate(xs):
+            coef = [Fraction(1)]
+            for k, xk in enumerate(xs):
+                if k != i:  # times (x - xk) / (xi - xk)
+                    coef = [(coef[p - 1] if p else 0) - xk * (coef[p] if p < len(coef)
+                                                              else 0)
+                            for p in range(len(coef) + 1)]
+                    coef = [c / (xi - xk) for c in coef]
+            one.append(coef)
+        basis.append(one)
+    terms: dict = {}
+    for value, point in zip(values, points):
+        if not value:
+            continue
+        index = [axes[j].index(x) for j, x in enumerate(point)]
+        for exps in itertools.product(*[range(DEGREE + 1)] * ndims):
+            c = Fraction(value)
+            for j, e in enumerate(exps):
+                c *= basis[j][index[j]][e]
+            if c:
+                terms[exps] = terms.get(exps, 0) + c
+    den = math.lcm(*[t.denominator for t in terms.values()]) if terms else 1
+    return Poly(tuple((e, int(c * den)) for e, c in sorted(terms.items()) if c), den)
 
 
 def _check(fitted, other, values, path):
@@ -196,8 +227,8 @@ def _check(fitted, other, values, path):
     if isinstance(fitted, Poly):
         if not isinstance(other, Num) or fitted(values) != other.v:
             raise UnsupportedError(
-                f"{path}: a number of the compiled model is not a multilinear function of "
-                "its symbolic dimensions", hint=_FIX)
+                f"{path}: a number of the compiled model is not a polynomial of degree "
+                f"{DEGREE} at most in each of its symbolic dimensions", hint=_FIX)
     elif isinstance(fitted, dict):
         if not isinstance(other, dict) or fitted.keys() != other.keys():
             raise _differs(path)

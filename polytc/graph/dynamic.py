@@ -7,9 +7,10 @@ from a symbolic input dimension is read off two bindings: the same group (its te
 every number blanked, ``skeleton``) at two values of the dimensions differs exactly in
 those numbers.  Where each differing number equals one dimension's value in both
 bindings, the number becomes that dimension's size name (``float(D0,784) a0``), and where
-it is a multiple of it in both (``8 * 128`` rows of a flattened batch of sequences), a
-size name of its own (``D0x128``), bound like any size from the arrays of a call; the
-group compiles with those sizes symbolic (``docs/dynamic.md``).  A number that follows
+it is a multiple of it in both (``8 * 128`` rows of a flattened batch of sequences), or
+else of the product of two dimensions' values (``N * S`` rows, ``S * S`` scores), a size
+name of its own (``D0x128``, ``D0xD1``), bound like any size from the arrays of a call;
+the group compiles with those sizes symbolic (``docs/dynamic.md``).  A number that follows
 the dimension otherwise leaves the group specialised at each value, and so does a
 generic kernel whose output shapes are not those of the binding (``Plan``).  Groups alike
 but for their numbers (two layers) share a skeleton: a text is compared with the binding
@@ -18,6 +19,8 @@ model seen at one shape compiles exactly as before.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import re
 
 #: a number of a program's text: not part of a name, nor of a float literal
@@ -128,18 +131,17 @@ class Generaliser:
             if a == b:
                 out.append(b)
                 continue
-            # the dimension's value times a constant (a flattened batch of sequences:
-            # N * 128 rows) in both bindings: its own size name
-            match = [(n, int(a) // old_values[n]) for n in self.names
-                     if old_values[n] and int(a) % old_values[n] == 0 and
-                     int(a) // old_values[n] * values[n] == int(b)]
-            if len(match) != 1:
+            # a dimension's value times a constant (a flattened batch of sequences:
+            # N * 128 rows) in both bindings, else a product of two dimensions' (N * S
+            # rows, S * S scores) times one: a size name of its own
+            match = _monomial(int(a), int(b), old_values, values, self.names)
+            if match is None:
                 return ()
-            n, k = match[0]
-            name = sizes[n] if k == 1 else f"{sizes[n]}x{k}"
+            dims, k = match
+            name = "x".join([sizes[n] for n in dims] + ([str(k)] if k != 1 else []))
             used.add(name)
             out.append(name)
-            binding[name] = (n, k)
+            binding[name] = (dims, k)
         merged = [x for pair in zip(parts, out + [""]) for x in pair]
         return "".join(merged), tuple(sorted(used)), \
             sum(a != b for a, b in zip(nums_old, nums)), binding
@@ -150,8 +152,28 @@ def _instantiate(gtext: str, binding: dict, values: dict) -> str:
     if not binding:
         return gtext
     pattern = r"\b(" + "|".join(map(re.escape, binding)) + r")\b"
-    return re.sub(pattern, lambda m: str(values[binding[m.group(1)][0]] *
-                                         binding[m.group(1)][1]), gtext)
+
+    def number(m):
+        dims, k = binding[m.group(1)]
+        return str(k * math.prod(values[n] for n in dims))
+
+    return re.sub(pattern, number, gtext)
+
+
+def _monomial(a: int, b: int, old: dict, new: dict, names) -> tuple | None:
+    """``(dimensions, k)``: the one product of dimensions (one, else two, a dimension
+    twice included) that ``a`` is ``k`` times at the values ``old`` and ``b`` at
+    ``new``; None when there is none, or more than one of the fewest dimensions."""
+    for degree in (1, 2):
+        found = []
+        for dims in itertools.combinations_with_replacement(names, degree):
+            at_old = math.prod(old[n] for n in dims)
+            if at_old and a % at_old == 0 and a // at_old * \
+                    math.prod(new[n] for n in dims) == b:
+                found.append((dims, a // at_old))
+        if found:
+            return found[0] if len(found) == 1 else None
+    return None
 
 
 def _sizes(names, text: str) -> dict:
