@@ -249,3 +249,33 @@ def test_cli_export(tmp_path, capsys):
     assert main(["export", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "f"), "--shape",
                  "nope=1"]) == 1
     assert "the model has no input 'nope'" in capsys.readouterr().err
+
+
+def test_float16_inputs_and_outputs(tmp_path):
+    """float16 at the graph's edges: widened and rounded by the exported C as polytc.onnx
+    does in Python (the same bits), and a float16 input returned as it is."""
+    from .test_onnx_halves import _mlp, _x
+
+    m, _ = _mlp(TensorProto.FLOAT16, np.float16)
+    m.graph.output.append(helper.make_tensor_value_info("xid", TensorProto.FLOAT16, [4, 16]))
+    m.graph.node.append(helper.make_node("Identity", ["x"], ["xid"]))
+    sess = ponnx.compile(m)
+    e = aot.export_session(sess, tmp_path)
+    x = _x(np.float16)
+    rc, err, got = run_exported(e.program, tmp_path, x)
+    assert rc == 0, err
+    y, xid = sess.run(None, {"x": x})
+    assert got["y"].dtype == np.float16 and got["xid"].dtype == np.float16
+    np.testing.assert_array_equal(got["y"], y)
+    np.testing.assert_array_equal(got["xid"], x)
+    rc, err, _ = run_exported(e.program, tmp_path, x.astype(np.float32))
+    assert rc == 1 and "has dtype <f4; the model wants <f2" in err
+
+
+def test_bfloat16_is_refused():
+    from .test_onnx_halves import _mlp
+
+    m, _ = _mlp(TensorProto.BFLOAT16, np.dtype(helper.tensor_dtype_to_np_dtype(
+        TensorProto.BFLOAT16)))
+    with pytest.raises(UnsupportedError, match="bfloat16 inputs or outputs is not supported"):
+        aot.export_session(ponnx.compile(m), "/nonexistent", build=False)

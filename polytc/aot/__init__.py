@@ -57,10 +57,11 @@ def export_session(session, directory, shapes: dict | None = None,
     if session.target != "c":
         raise UnsupportedError(f"export builds C: the session's target is "
                                f"'{session.target}'", hint="compile the model with target='c'")
-    if g.boundary:
-        raise UnsupportedError("export of a model with float16/bfloat16 inputs or outputs "
-                               "is not supported yet", hint="convert its inputs and outputs "
-                               "to float32 (the model computes them in float32 anyway)")
+    half = {v: np.dtype(t) for v, t in g.boundary.items()}
+    if any(t != np.float16 for t in half.values()):
+        raise UnsupportedError("export of a model with bfloat16 inputs or outputs is not "
+                               "supported yet (float16 is)", hint="convert its inputs and "
+                               "outputs to float32 (the model computes them in float32)")
     base, dims = _input_shapes(session, shapes or {})
     points = L.grid(len(dims)) if dims else [()]
     if len(dims) > 3:
@@ -82,7 +83,9 @@ def export_session(session, directory, shapes: dict | None = None,
         if r in plan.constants and not any(e[0] == "fresh" and e[1] == r
                                            for e in fitted["p"]):
             data[r] = plan.constants[r]
-    inputs = [(v, np.dtype(g.types[v].dtype).str,
+    fitted["outputs"] = [(n, r, shape, half[n].str if n in half else dtype)
+                         for n, r, shape, dtype in fitted["outputs"]]
+    inputs = [(v, half.get(v, np.dtype(g.types[v].dtype)).str,
                tuple(-(dims.index(d) + 1) if d in dims else d for d in base[v]))
               for v in g.inputs]
     return _write(Emitter(fitted, dims, inputs, data), directory, build, tuple(dims))
@@ -151,8 +154,9 @@ def _at(base: dict, dims: list, values: tuple) -> dict:
 
 
 def _snapshot(session, shapes: dict) -> dict:
+    g = session.graph
     session._check_feeds({v: np.lib.stride_tricks.as_strided(
-        np.zeros((), session.graph.types[v].dtype), s, (0,) * len(s))
+        np.zeros((), g.boundary.get(v, g.types[v].dtype)), s, (0,) * len(s))
         for v, s in shapes.items()})  # the shapes are the model's (a clear error if not)
     plan = session.plan(shapes)
     if plan.driver is None:

@@ -19,6 +19,8 @@ import numpy as np
 from ..runtime.executor import EXEC_SOURCE, FILL
 from .layout import Poly
 
+#: the dtype of float16 inputs and outputs (the model computes them in float32)
+HALF = np.dtype(np.float16).str
 _EXPORTED = re.compile(r"\b(polytc_(?:kernel_argv|kernel|prepack\d+))\b")
 
 
@@ -196,31 +198,45 @@ class Emitter:
         for k, e in enumerate(p):
             if e[0] == "feed":
                 i = e[1]
-                name = self.inputs[i][0]
-                if name in L["aligned"]:  # a kernel reads it at full vector width
+                name, dtype, _shape = self.inputs[i]
+                if dtype == HALF:  # widened into a float buffer of the model's own
+                    out.append(f"  if (!(m->p[{k}] = pt_widen(m, {i}, in[{i}], d))) "
+                               "return -1;")
+                elif name in L["aligned"]:  # a kernel reads it at full vector width
                     out.append(f"  if (!(m->p[{k}] = pt_aligned(m, {i}, in[{i}], d))) "
                                "return -1;")
                 else:
                     out.append(f"  m->p[{k}] = (void *)in[{i}];")
         store: dict = {}  # a returned value -> the output whose buffer holds it
         copies = []
-        for j, (n, r, _shape, _dtype) in enumerate(L["outputs"]):
-            nbytes = f"pt_out_bytes({j}, d)"
+        names = [nm for nm, *_x in self.inputs]
+        for j, (n, r, _shape, dtype) in enumerate(L["outputs"]):
+            half = dtype == HALF  # computed in float, rounded into the caller's buffer
             if any(e == ("fresh", r) for e in p):
                 if r not in store:
                     store[r] = j
                     k = p.index(("fresh", r))
-                    out.append(f"  m->p[{k}] = out[{j}];  /* {n} */")
+                    if half:
+                        out.append(f"  if (!(m->p[{k}] = pt_wide_out(m, {j}, d))) "
+                                   f"return -1;  /* {n} */")
+                        copies.append(f"  pt_narrow(out[{j}], m->wide[{j}], "
+                                      f"pt_out_bytes({j}, d) / 2);  /* {n} */")
+                    else:
+                        out.append(f"  m->p[{k}] = out[{j}];  /* {n} */")
                     continue
-                src = f"out[{store[r]}]"
+                j0 = store[r]
+                src = f"m->wide[{j0}]" if L["outputs"][j0][3] == HALF else f"out[{j0}]"
             elif r in L["arena"]:
                 b, at, _end = L["arena"][r]
                 src = f"(char *)m->buf[{buffers.index(b)}] + {_num(at)}"
-            elif r in (names := [nm for nm, *_x in self.inputs]):
+            elif r in names:  # (a half input's bytes are the half output's)
                 src = f"in[{names.index(r)}]"
+                half = half and self.inputs[names.index(r)][1] != HALF
             else:
                 src = f"pt_weights + {self.offset[r]}"
-            copies.append(f"  memcpy(out[{j}], {src}, (size_t){nbytes});  /* {n} */")
+            copies.append(f"  pt_narrow(out[{j}], {src}, pt_out_bytes({j}, d) / 2);  /* {n} */"
+                          if half else
+                          f"  memcpy(out[{j}], {src}, (size_t)pt_out_bytes({j}, d));  /* {n} */")
         out += ["  return 0;", "}", "",
                 "static void pt_copy_outputs(polytc_model *m, const int64_t *d, "
                 "const void *const *in, void *const *out)", "{",
@@ -238,10 +254,23 @@ struct polytc_model {
   void *p[PT_NP];
   void *buf[PT_NBUF];  /* the arena's buffers, then the kernels' scratch */
   size_t cap[PT_NBUF];
-  void *copy[PT_NIN > 0 ? PT_NIN : 1];  /* aligned copies of misaligned feeds */
+  void *copy[PT_NIN > 0 ? PT_NIN : 1];  /* feeds copied aligned, or widened to float */
   size_t copy_cap[PT_NIN > 0 ? PT_NIN : 1];
+  void *wide[PT_NOUT > 0 ? PT_NOUT : 1];  /* float16 outputs as computed, in float */
+  size_t wide_cap[PT_NOUT > 0 ? PT_NOUT : 1];
   char error[1024];
 };
+
+/* *buf holds at least n bytes, 64-byte aligned; 0 when out of memory */
+static void *pt_grow(void **buf, size_t *cap, size_t n)
+{
+  if (n > *cap || !*buf) {
+    free(*buf);
+    *buf = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+    *cap = *buf ? n : 0;
+  }
+  return *buf;
+}
 
 static int pt_fail(polytc_model *m, int rc, const char *what)
 {
@@ -276,15 +305,34 @@ static void *pt_aligned(polytc_model *m, int i, const void *a, const int64_t *d)
   if (!((uintptr_t)a & 63))
     return (void *)a;
   size_t n = (size_t)pt_in_bytes(i, d);
-  if (n > m->copy_cap[i] || !m->copy[i]) {
-    free(m->copy[i]);
-    m->copy[i] = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
-    m->copy_cap[i] = m->copy[i] ? n : 0;
-    if (!m->copy[i])
-      return 0;
-  }
+  if (!pt_grow(&m->copy[i], &m->copy_cap[i], n))
+    return 0;
   memcpy(m->copy[i], a, n);
   return m->copy[i];
+}
+
+/* float16 in and out (rounded to nearest even, as numpy does) */
+static void *pt_widen(polytc_model *m, int i, const void *a, const int64_t *d)
+{
+  size_t n = (size_t)pt_in_bytes(i, d) / 2;
+  float *f = pt_grow(&m->copy[i], &m->copy_cap[i], 4 * n);
+  const _Float16 *h = a;
+  for (size_t k = 0; f && k < n; ++k)
+    f[k] = (float)h[k];
+  return f;
+}
+
+static void *pt_wide_out(polytc_model *m, int j, const int64_t *d)
+{
+  return pt_grow(&m->wide[j], &m->wide_cap[j], 2 * (size_t)pt_out_bytes(j, d));
+}
+
+static void pt_narrow(void *dst, const void *src, int64_t n)
+{
+  _Float16 *h = dst;
+  const float *f = src;
+  for (int64_t k = 0; k < n; ++k)
+    h[k] = (_Float16)f[k];
 }"""
 
 #: the functions of model.h
@@ -307,6 +355,8 @@ POLYTC_API void polytc_model_destroy(polytc_model *m)
     free(m->buf[b]);
   for (int i = 0; i < PT_NIN; ++i)
     free(m->copy[i]);
+  for (int j = 0; j < PT_NOUT; ++j)
+    free(m->wide[j]);
   free(m);
 }
 
