@@ -1,7 +1,7 @@
 """Whole ONNX models: ``polytc.onnx`` against onnxruntime on the CPU.
 
     python benchmarks/bench_onnx.py [--only name,name] [--repeats N] [--threads T] [--quick]
-                                    [--load] [--batch B] [--dynamic] [--int8]
+                                    [--load] [--batch B] [--dynamic] [--int8] [--export]
 
 One table: per model (from ``polytc.graph.examples``) the median milliseconds of one
 ``sess.run(None, feeds)`` of polytc and of onnxruntime, polytc's time over onnxruntime's,
@@ -28,6 +28,11 @@ batch sizes in turn (docs/dynamic.md): the first run at each new batch (the firs
 compiles the groups with the batch symbolic; later ones reuse those kernels), then
 polytc's and onnxruntime's run times interleaved, each in its worker process, and a
 session compiled for that batch alone.
+
+``--export``: one more column, the model exported ahead of time (``polytc.aot``: its C
+built with make into a library, docs/export.md) called through ``polytc.aot.load`` in
+polytc's worker, as a C caller runs it (no session, no checks but the shapes'), and its
+time over onnxruntime's.
 
 ``--int8``: the models with int8 weights, quantised by onnxruntime's ``quantize_dynamic``
 (activations quantised at run time: DynamicQuantizeLinear, MatMulInteger, ConvInteger),
@@ -185,6 +190,15 @@ def _session(family: str, path: str, threads: int):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
+def _exported(sess, cache_dir: str):
+    """``sess``'s model exported into a directory beside ``cache_dir`` and loaded."""
+    from polytc import aot
+
+    d = tempfile.mkdtemp(prefix="export-", dir=os.path.dirname(cache_dir))
+    sess.export(d)
+    return aot.load(d)
+
+
 def worker_main(family: str, threads: int, tol: float = RTOL) -> int:
     """The loop of a worker process: one library, persistent across models (``tol``:
     how close polytc's outputs must be to onnxruntime's, see ``check``)."""
@@ -218,6 +232,8 @@ def worker_main(family: str, threads: int, tol: float = RTOL) -> int:
                     os.environ["POLYTC_CACHE_DIR"] = cache_dir
                 sess = sessions.get(path) or sessions.setdefault(
                     path, _session(family, path, threads))
+                if col == "exported":  # the same model exported (--export)
+                    sess = _exported(sess, cache_dir)
                 t0 = time.perf_counter()
                 outs = sess.run(None, feeds)
                 first = time.perf_counter() - t0
@@ -345,6 +361,16 @@ def run_model(name, build, args, tmp, workers, notes):
         notes.extend(n)
         if family == "ort":
             refs = outs
+        if family == "polytc" and args.export and ready:
+            try:
+                more, c, n, _, _ = w.call(("setup", name, path, feeds, refs, cache_dir,
+                                           "exported"), 1800)
+                ready += more
+                cells.update(c)
+                notes.extend(n)
+            except bench_cpu.WorkerError as e:
+                cells["exported"] = "fail"
+                notes.append(f"{name} exported: {e}")
         for col in ready:
             contenders[col] = bench_cpu.Remote(w, col)
 
@@ -368,9 +394,14 @@ def run_model(name, build, args, tmp, workers, notes):
     def secs(x):
         return x if isinstance(x, str) else "-" if x is None else f"{x:.2f}"
 
-    return [name, cells.get("polytc") or common.fmt_ms(times.get("polytc")),
-            cells.get("ort") or common.fmt_ms(times.get("ort")), common.fmt_ratio(ratio),
-            secs(compile_s.get("cold")), secs(compile_s.get("disk"))]
+    row = [name, cells.get("polytc") or common.fmt_ms(times.get("polytc")),
+           cells.get("ort") or common.fmt_ms(times.get("ort")), common.fmt_ratio(ratio),
+           secs(compile_s.get("cold")), secs(compile_s.get("disk"))]
+    if args.export:
+        exp = times.get("exported")
+        row += [cells.get("exported") or common.fmt_ms(exp), common.fmt_ratio(
+            exp / times["ort"] if exp is not None and "ort" in times else math.nan)]
+    return row
 
 
 def main(argv=None):
@@ -393,6 +424,8 @@ def main(argv=None):
                     help="models with a symbolic batch, run at several batch sizes")
     ap.add_argument("--int8", action="store_true",
                     help="the models quantised by onnxruntime's quantize_dynamic")
+    ap.add_argument("--export", action="store_true",
+                    help="also time each model exported ahead of time (polytc.aot)")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = ap.parse_args(argv)
     if args.dynamic:
@@ -449,7 +482,7 @@ def main(argv=None):
                 try:
                     rows.append(run_model(name, table[name][0], args, tmp, workers, notes))
                 except Exception as e:  # noqa: BLE001 -- one broken model does not end it
-                    rows.append([name, "fail"] + [""] * (len(COLUMNS) - 2))
+                    rows.append([name, "fail"] + [""] * (len(COLUMNS) - 2 + 2 * args.export))
                     notes.append(f"{name}: {common.short(e)}")
                 if args.verbose:
                     print(f"{name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
@@ -457,12 +490,14 @@ def main(argv=None):
         for w in workers.values():
             w.stop()
     print()
-    print(common.table(COLUMNS, rows))
+    print(common.table(COLUMNS + (["exported", "exported/ort"] if args.export else []), rows))
     print()
     print("sizes: " + "; ".join(f"{n} {table[n][1]}" for n in wanted))
     print("polytc, ort: median ms of one run; polytc/ort below 1: polytc is faster; compile: "
           "polytc.onnx.compile + first run in a fresh process, with an empty cache (cold) "
-          "and again from that cache (disk)")
+          "and again from that cache (disk)" + ("; exported: the model exported ahead of "
+                                                 "time, its library called from Python"
+                                                 if args.export else ""))
     common.print_footer(notes, load0, t_start)
     return 0
 

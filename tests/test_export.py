@@ -279,3 +279,21 @@ def test_bfloat16_is_refused():
         TensorProto.BFLOAT16)))
     with pytest.raises(UnsupportedError, match="bfloat16 inputs or outputs is not supported"):
         aot.export_session(ponnx.compile(m), "/nonexistent", build=False)
+
+
+def test_load_calls_the_library_from_python(tmp_path):
+    """``polytc.aot.load``: the exported library's own description of its inputs, and
+    its runs at new values of the dimensions, against the session."""
+    model = E.mlp(batch="N", sizes=(16, 8, 4))
+    sess = ponnx.compile(model)
+    sess.export(tmp_path)
+    lib = aot.load(tmp_path, threads=1)
+    assert lib.dims == ["N"] and lib.inputs[0][0] == "input" and lib.inputs[0][2] == [-1, 16]
+    for n in (1, 6, 2):
+        x = np.random.default_rng(n).normal(size=(n, 16)).astype(np.float32)
+        np.testing.assert_array_equal(lib.run(None, {"input": x})[0],
+                                      sess.run(None, {"input": x})[0])
+    with pytest.raises(ModelError, match="axis 1 is 3, not 16"):
+        lib.run(None, {"input": np.ones((2, 3), np.float32)})
+    with pytest.raises(polytc.PolytcError, match="dimension 'N' is 0; it must be at least 1"):
+        lib.run(None, {"input": np.ones((0, 16), np.float32)})

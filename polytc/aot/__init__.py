@@ -3,6 +3,7 @@ without Python (docs/export.md).
 
     polytc.onnx.export("model.onnx", "out/")          # or polytc export model.onnx -o out
     kernel.export("out/", A, B)                        # a TC kernel at these inputs' sizes
+    polytc.aot.load("out/").run(None, feeds)           # the library, called from Python
 
 The directory holds ``model.h`` (the C API), ``model.c`` (the plan: ``emit.py``), one
 ``kernel_K.c`` per compiled kernel, ``weights.bin`` (the constants and the packed weights,
@@ -47,6 +48,14 @@ class Exported:
     def __repr__(self):
         dims = f", dims {list(self.dims)}" if self.dims else ""
         return f"<polytc export {self.directory}{dims}>"
+
+
+def load(directory, threads: int = 0):
+    """The exported model in ``directory`` (built), callable from Python: a
+    ``loader.ExportedModel`` whose ``run(output_names, feeds)`` calls the library."""
+    from .loader import ExportedModel
+
+    return ExportedModel(directory, threads)
 
 
 def export_session(session, directory, shapes: dict | None = None,
