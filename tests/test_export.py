@@ -8,6 +8,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, note, settings
 from onnx import TensorProto, helper, numpy_helper
 
 import polytc
@@ -15,6 +16,8 @@ import polytc.onnx as ponnx
 from polytc import aot
 from polytc.diagnostics import ModelError, UnsupportedError
 from polytc.graph import examples as E
+
+from . import progen
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
@@ -297,3 +300,23 @@ def test_load_calls_the_library_from_python(tmp_path):
         lib.run(None, {"input": np.ones((2, 3), np.float32)})
     with pytest.raises(polytc.PolytcError, match="dimension 'N' is 0; it must be at least 1"):
         lib.run(None, {"input": np.ones((0, 16), np.float32)})
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(g=progen.programs(max_statements=3), sizes=progen.sizes())
+def test_random_kernels_export_exactly(tmp_path_factory, g, sizes):
+    """Random TC programs (tests/progen.py), exported and run through their library: the
+    bits of the kernel called in Python (fills, temporaries, several outputs)."""
+    note(g.src)
+    kernel = polytc.tc(g.src)
+    inputs = g.make_inputs(sizes, np.random.default_rng(0))
+    d = tmp_path_factory.mktemp("fuzz")
+    kernel.export(d, *inputs)
+    lib = aot.load(d)
+    got = lib.run(None, {t.name: a for t, a in zip(kernel.program.inputs, inputs)})
+    want = kernel(*inputs)
+    want = list(want) if isinstance(want, tuple) else [want]
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

@@ -87,7 +87,10 @@ class ExportedModel:
 
     def run(self, output_names, feeds: dict) -> list:
         """The outputs (``output_names``: None for all) for ``feeds`` (name -> array)."""
-        arrays = [np.ascontiguousarray(feeds[name]) for name, _, _ in self.inputs]
+        arrays = [np.asarray(feeds[name]) for name, _, _ in self.inputs]
+        # (np.ascontiguousarray makes a 0-d array 1-d)
+        arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape)
+                  for a in arrays]
         dims = self.dims_of(arrays)
         c_dims = (ctypes.c_int64 * max(1, len(dims)))(*dims)
         outs = []
