@@ -298,3 +298,39 @@ def test_process_exits_cleanly_after_parallel_kernels():
         r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+
+
+def test_a_long_kernel_compiles_in_parts(monkeypatch):
+    """A kernel's C past ``SPLIT_BYTES`` compiles as several translation units (its
+    parallel regions shared out, the driver alone), linked into one shared object that
+    computes what the one-part build does."""
+    from polytc.codegen_c import compiler
+
+    src = """
+    def four(float(N,M) A) -> (B, C, D, E) {
+        B(i, j) = A(i, j) * 2
+        C(j, i) = B(i, j) + 1
+        D(i, j) = C(j, i) * B(i, j)
+        E(j, i) = exp(D(i, j) / 64) + A(i, j)
+    }"""
+    A = np.random.default_rng(0).normal(size=(256, 192)).astype(np.float32)
+    B = A * 2
+    C = B.T + 1
+    D = C.T * B
+    want = [B, C, D, (np.exp(D / 64) + A).T]
+    real = compiler._run_compiler
+    commands = []
+
+    def counting(cmd, *a, **k):
+        commands.append(cmd)
+        return real(cmd, *a, **k)
+
+    monkeypatch.setattr(compiler, "SPLIT_BYTES", 0)
+    monkeypatch.setattr(compiler, "_run_compiler", counting)
+    # (a program no other test compiles; unfused: a parallel region per statement)
+    got = polytc.tc(src, options=polytc.Options(fusion="min"))(A)
+    parts = [c for c in commands if "-c" in c]
+    assert len(parts) >= 2 and any("-O0" in c for c in parts), commands
+    assert "-Wl,--allow-multiple-definition" in commands[-1]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

@@ -30,9 +30,10 @@ from ..codegen_c.compiler import _cc, default_flags
 from ..diagnostics import CompilationError, ModelError, UnsupportedError
 from . import layout as L
 from .emit import Emitter
+from .loader import LIBRARY, ExportedModel
 
 _HERE = os.path.dirname(__file__)
-LIBRARY, PROGRAM = "libpolytc_model.so", "run_model"
+PROGRAM = "run_model"
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,6 @@ class Exported:
 def load(directory, threads: int = 0):
     """The exported model in ``directory`` (built), callable from Python: a
     ``loader.ExportedModel`` whose ``run(output_names, feeds)`` calls the library."""
-    from .loader import ExportedModel
-
     return ExportedModel(directory, threads)
 
 

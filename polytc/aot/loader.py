@@ -15,6 +15,8 @@ import numpy as np
 from ..diagnostics import KernelRuntimeError, ModelError, PolytcError
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
+#: the shared object an exported directory's Makefile builds
+LIBRARY = "libpolytc_model.so"
 
 
 class ExportedModel:
@@ -22,8 +24,6 @@ class ExportedModel:
     returns numpy arrays, as ``polytc.onnx.Session.run`` does."""
 
     def __init__(self, directory, threads: int = 0):
-        from . import LIBRARY
-
         path = os.path.join(os.fspath(directory), LIBRARY)
         try:
             lib = self._lib = ctypes.CDLL(os.path.abspath(path))
