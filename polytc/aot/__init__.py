@@ -28,6 +28,7 @@ import numpy as np
 
 from ..codegen_c.compiler import _cc, default_flags
 from ..diagnostics import CompilationError, ModelError, UnsupportedError
+from ..runtime.executor import CALL, fill_word
 from . import layout as L
 from .emit import Emitter
 from .loader import LIBRARY, ExportedModel
@@ -102,8 +103,6 @@ def export_session(session, directory, shapes: dict | None = None,
 def export_kernel(ck, directory, build: bool = True) -> Exported:
     """Export a kernel compiled for one set of sizes (``Kernel.specialize``'s result)
     as a model of one step: the program's inputs in, its outputs out."""
-    from ..runtime.executor import CALL, fill_word
-
     if getattr(ck, "target", "c") != "c":
         raise UnsupportedError(f"export builds C: the kernel's target is '{ck.target}'",
                                hint="make the kernel with target='c'")
