@@ -76,7 +76,7 @@ def export_session(session, directory, shapes: dict | None = None,
     if len(dims) > 3:
         raise UnsupportedError(f"the model has {len(dims)} symbolic dimensions "
                                f"({', '.join(dims)}); export keeps at most 3 symbolic",
-                               hint=L._FIX)
+                               hint=L.FIX_HINT)
     snaps = [_snapshot(session, _at(base, dims, pt)) for pt in points]
     check = L.verify_point(len(dims))
     fitted = L.fit(snaps, points, (_snapshot(session, _at(base, dims, check)), check)

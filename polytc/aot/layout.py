@@ -36,6 +36,8 @@ from ..runtime.executor import FILL, fill_word
 
 #: the degree of the polynomials in each dimension (3 samples per dimension)
 DEGREE = 2
+#: what to do about a model that one library cannot serve at every value
+FIX_HINT = "give the symbolic dimensions fixed values (export(..., shapes=...) or --shape)"
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,7 @@ def _check(fitted, other, values, path):
         if not isinstance(other, Num) or fitted(values) != other.v:
             raise UnsupportedError(
                 f"{path}: a number of the compiled model is not a polynomial of degree "
-                f"{DEGREE} at most in each of its symbolic dimensions", hint=_FIX)
+                f"{DEGREE} at most in each of its symbolic dimensions", hint=FIX_HINT)
     elif isinstance(fitted, dict):
         if not isinstance(other, dict) or fitted.keys() != other.keys():
             raise _differs(path)
@@ -243,12 +245,10 @@ def _check(fitted, other, values, path):
         raise _differs(path)
 
 
-_FIX = "give the symbolic dimensions fixed values (export(..., shapes=...) or --shape)"
-
 
 def _differs(path) -> UnsupportedError:
     group = path.split(".kernels.", 1)[1].rsplit("[", 1)[0] if ".kernels." in path else None
     what = f"the group {group} is compiled for each value" if group else \
         f"its plans differ ({path})"
     return UnsupportedError(f"one library cannot serve every value of the model's symbolic "
-                            f"dimensions: {what}", hint=_FIX)
+                            f"dimensions: {what}", hint=FIX_HINT)
