@@ -3,6 +3,8 @@ first run, or at the second when the first batch is 1) and serves every later ba
 without a compile (``polytc/graph/dynamic.py``, docs/dynamic.md)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -167,3 +169,23 @@ def test_plans_of_a_dynamic_model_share_one_arena():
     # the earlier plan still runs right after the others used the arena
     feeds = ex.example_inputs(m, seed=5, batch=16)
     _close(sess.run(None, feeds), reference(m, feeds))
+
+
+def test_a_generic_kernel_at_a_batch_of_one_runs_its_inner_loops_in_parallel():
+    """A group's loop over the symbolic batch forks only with an image per thread; below
+    it, the loops a batch of one runs fork instead (a generic ResNet at batch 1 had run
+    its convolutions on one thread: 2x its specialised time)."""
+    from polytc.machine import threads
+
+    if threads() < 2:
+        pytest.skip("one thread: no parallel loops")
+    m = ex.resnet_block("N", channels=16, image=14)
+    sess = polytc.onnx.compile(m)
+    for k, batch in enumerate((3, 1, 2)):
+        feeds = ex.example_inputs(m, seed=k, batch=batch)
+        _close(sess.run(None, feeds), reference(m, feeds))
+    plan = sess.plan({v: a.shape for v, a in feeds.items()})
+    codes = [ck.code for ck in plan.kernels.values() if ck.symbolic]
+    assert any(re.search(r"if \(\(D0\) - \(0L\) >= \d+\)", c) for c in codes)
+    assert any(re.search(r"if \(!\(\(D0\) - \(0L\) >= \d+\)\)\s*\{\s*#pragma omp parallel for",
+                         c) for c in codes)

@@ -8,6 +8,7 @@ from ..codegen_c.emit import CEmitter
 from ..codegen_c.pack import packs_of
 from ..tiling.extents import statement_points
 from ..lang import program as P
+from ..machine import threads
 from ..tiling.contract import text as contract_text
 from ..runtime.compiled import build_meta
 from ..runtime.executor import executor
@@ -43,7 +44,8 @@ class C(Backend):
             # team size OpenMP starts with, which a model's run may lower (governor.py)
             em = CEmitter(b.scop, b.options.num_threads,
                           b.options.vectorize, decisions, b.options.reciprocal,
-                          parallel_sum=_parallel_sum(b.options), parallel_if=_parallel_if(b))
+                          parallel_sum=_parallel_sum(b.options), parallel_if=_parallel_if(b),
+                          team=threads(b.options.num_threads))
             code = em.function(b.ast, FUNCTION_NAME, b.fills)
             if not em.escaped:
                 break

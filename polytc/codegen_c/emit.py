@@ -46,8 +46,16 @@ class CEmitter:
     omp_reductions = True
 
     def __init__(self, scop, num_threads=None, vectorize=True, decisions=(), reciprocal=False,
-                 parallel_sum: int | None = None, parallel_if: str = ""):
+                 parallel_sum: int | None = None, parallel_if: str = "", team: int = 1):
         self.scop = scop
+        #: the threads the parallel loops run on (a loop over a symbolic count runs in
+        #: parallel when it has an iteration per thread: ``batch_condition``)
+        self.team = team
+        #: the conditions of the symbolic parallel loops around the node: a parallel loop
+        #: inside one forks when it does not
+        self.batch_if: list = []
+        #: (loop iterator, its contracted buffers) of the parallel loops around the node
+        self.scoped: list = []
         #: C that holds when the parallel loops should fork (symbolic sizes: large enough)
         self.parallel_if = parallel_if
         #: the fewest terms of a sum outside every loop (a dot product, the sum of a whole
@@ -120,7 +128,9 @@ class CEmitter:
             decls = [d for lc in mine for d in lc.declarations()]
             placed: list = []  # the outlined bodies that declare the buffers
             first = len(self.touched)
+            self.scoped.append((f"c{depth}", mine))
             out = self.node(n.mark_get_node(), pragma=(text, f"c{depth}", decls, placed))
+            self.scoped.pop()
             if decls and not placed:
                 out = [c.Block(decls + out)]  # isl dropped the loop: it runs once
             elif placed:  # an access isl generated outside the loop sees no buffer
@@ -134,10 +144,13 @@ class CEmitter:
             outlined = bool(pragma) and it == pragma[1] and pragma[0].startswith("omp parallel")
             simd = bool(pragma) and it == pragma[1] and pragma[0] == "omp simd"
             outer = self.collapsing(n, it, header) if pragma is None else None
+            batch = self.batch_condition(header) if outlined and not self.outlining else None
             self.iters.append(it)
             self.outlining += outlined
             self.in_simd += simd
+            self.batch_if += [batch] if batch else []
             inner = self.node(n.for_get_body())
+            self.batch_if = self.batch_if[:-1] if batch else self.batch_if
             self.in_simd -= simd
             self.outlining -= outlined
             self.iters.pop()
@@ -156,6 +169,15 @@ class CEmitter:
                         outer, self.collapse_into = self.collapse_into[0], None
                         return [c.Pragma(pragma[0] + " collapse(2)"),  # and the loop around
                                 c.For(*outer, c.Block([loop]))]
+                    if batch:  # forks when it has an iteration per thread, else runs
+                        # outside any parallel region (a nested region, even inside an
+                        # inactive one, gets threads of its own: libgomp creates them)
+                        return [c.If(batch, c.Block([c.Pragma(pragma[0]), loop]),
+                                     c.Block([loop]))]
+                    if self.batch_if and self.outlining:  # inside such a loop: forks when
+                        # that one did not (a batch of one), else runs on its thread
+                        return [c.If(f"!({self.batch_if[-1]})",
+                                     c.Block([c.Pragma(pragma[0]), loop]), c.Block([loop]))]
                     return [c.Pragma(pragma[0]), loop]
                 plain = self.versioned([c.Pragma(pragma[0]), c.For(*header, c.Block(inner))])
                 vector = math_loop(self, n, it, header, inner) if simd else None
@@ -182,6 +204,20 @@ class CEmitter:
                 return self.folds[sst.name].instance(self, sst, printer)
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
+
+    def batch_condition(self, header) -> str | None:
+        """For a parallel loop over a count that depends on a symbolic size (a dynamic
+        batch; ``header``: its ``for`` header), the C condition that it has at least an
+        iteration per thread; None for a loop of a fixed count, or one thread."""
+        if self.team < 2 or not any(re.search(rf"\b{n}\b", " ".join(header[:2]))
+                                    for n in self.scop.symbolic):
+            return None
+        init, cond = header[0].split(" = ", 1)[1], header[1]
+        m = re.fullmatch(r"c\d+ (<=?) (.+)", cond)
+        if m is None:
+            return None
+        count = f"({m.group(2)}) - ({init})" + (" + 1" if m.group(1) == "<=" else "")
+        return f"{count} >= {self.team}"
 
     def collapsing(self, n, it: str, header):
         """``header`` when the loop ``n`` runs a symbolic number of iterations (a
@@ -222,14 +258,20 @@ class CEmitter:
         outlined region through a struct and forgets ``restrict`` on the way, after which
         it can neither hoist invariant loads nor vectorise calls such as ``expf``."""
         name = f"pt_body{len(self.helpers)}"
+        # the buffers of the parallel loops around this one (a symbolic loop's, whose
+        # body runs this loop in parallel when it runs on one thread)
+        outer = [lc for loop, lcs in self.scoped if loop != iters[-1] for lc in lcs]
         params = [c.Value("long", i) for i in iters] + \
-            [c.Value("", p) for p in self.params] + [c.Value("int *restrict", "pt_err")]
+            [c.Value("", p) for p in self.params] + \
+            [c.Value(f"{lc.ctype} *restrict", lc.name) for lc in outer] + \
+            [c.Value("int *restrict", "pt_err")]
         code = [c.Statement("int err = 0")] + body + [c.If(
             "err", c.Statement("__atomic_store_n(pt_err, err, __ATOMIC_RELAXED)"))]
         self.helpers.append(c.FunctionBody(
             c.FunctionDeclaration(c.Value("static __attribute__((noinline)) void", name),
                                   params), c.Block(code)))
-        args = iters + [p.rsplit(" ", 1)[-1].lstrip("*") for p in self.params] + ["&err"]
+        args = iters + [p.rsplit(" ", 1)[-1].lstrip("*") for p in self.params] + \
+            [lc.name for lc in outer] + ["&err"]
         return c.Statement(f"{name}({', '.join(args)})")
 
     def team_clause(self) -> str:

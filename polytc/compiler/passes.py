@@ -121,8 +121,10 @@ def p_parallel(b: Build) -> Build:
     from ..machine import threads
 
     points = sum(statement_points(s, b.env, b.scop.symbolic) for s in b.scop.stmts)
+    # operands packed at each call go to each thread's own buffer (``codegen_c/pack.py``)
+    per_call = any(d.kind == "pack" and d.facts.get("_box") is None for d in b.tiling)
     s = sched.mark_parallel(current_schedule(b), b.options.parallel_min_points, points,
-                            threads(b.options.num_threads))
+                            threads(b.options.num_threads), nested=not per_call)
     return b.but(schedule=s)
 
 

@@ -290,17 +290,19 @@ def program_order(scop: Scop) -> isl.Schedule:
 
 
 def mark_parallel(schedule: isl.Schedule, min_points: int, points: int,
-                  threads: int = 1) -> isl.Schedule:
+                  threads: int = 1, nested: bool = True) -> isl.Schedule:
     """Put a ``parallel`` mark above the outermost coincident loop of each band that is
     not nested in a parallel loop already (nothing for kernels under ``min_points``
     instances).  A parallel loop that is also the innermost ``simd`` loop is cut into
     ``threads`` chunks: the chunks run in parallel, each a vector loop (not one call of
     the outlined body per element: a 1-d bias + ReLU over 2^20 elements took 418 us,
-    141 us in chunks)."""
+    141 us in chunks).  ``nested``: the bands inside a parallel loop over a symbolic
+    count may get marks of their own (not when an operand is packed per call into each
+    thread's buffer: the packing and the products that read it must stay on one thread)."""
     if points < min_points:
         return schedule
     node = schedule.get_root()
-    node = _mark(node, False, max(1, threads))
+    node = _mark(node, False, max(1, threads), nested)
     return node.get_schedule()
 
 
@@ -331,7 +333,7 @@ def _chunked(node, threads: int):
     return point.parent().parent()  # the tile band
 
 
-def _mark(node, inside, threads):
+def _mark(node, inside, threads, nested=True):
     """Mark the subtree at ``node``; returns the node at the same position.  The band
     under a ``private:`` mark (``privatize.py``) runs in parallel on its first member,
     which carries only reductions into the tensors the mark names."""
@@ -346,6 +348,7 @@ def _mark(node, inside, threads):
     if node.get_type() == isl.schedule_node_type.band and not inside:
         m = _first_coincident(node)
         if m is not None:
+            symbolic = _symbolic_member(node, m)
             if m > 0:
                 node = node.band_split(m).child(0)
                 depth += 1
@@ -357,12 +360,28 @@ def _mark(node, inside, threads):
                 depth += node.get_tree_depth() - before
             node = insert_mark(node, "parallel")
             depth += 1
-            inside = True
+            # a loop over a symbolic count (a dynamic batch) runs in parallel only when
+            # it has an iteration per thread (the code generator's condition): the bands
+            # inside get marks of their own, which run in parallel when it does not (a
+            # generic ResNet's convolutions at a batch of one had run on one thread)
+            inside = not (symbolic and nested)
     for i in range(node.n_children()):
-        node = _mark(node.child(i), inside, threads).parent()
+        node = _mark(node.child(i), inside, threads, nested).parent()
     for _ in range(depth):
         node = node.parent()
     return node
+
+
+def _symbolic_member(node, m: int) -> bool:
+    """Whether member ``m`` of the band ``node`` runs a number of values that depends
+    on a symbolic size."""
+    try:
+        sched = node.band_get_partial_schedule().intersect_domain(node.get_domain())
+        upa = sched.get_union_pw_aff(m)
+        lo, hi = upa.min_val(), upa.max_val()
+    except isl.Error:
+        return False
+    return not (lo.is_int() and hi.is_int())
 
 
 def _first_coincident(node) -> int | None:
