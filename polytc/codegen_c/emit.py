@@ -56,6 +56,7 @@ class CEmitter:
         self.batch_if: list = []
         #: (loop iterator, its contracted buffers) of the parallel loops around the node
         self.scoped: list = []
+        self.nested_forks = 0  # the parallel loops emitted inside such symbolic loops
         #: C that holds when the parallel loops should fork (symbolic sizes: large enough)
         self.parallel_if = parallel_if
         #: the fewest terms of a sum outside every loop (a dot product, the sum of a whole
@@ -149,8 +150,11 @@ class CEmitter:
             self.outlining += outlined
             self.in_simd += simd
             self.batch_if += [batch] if batch else []
+            forks = self.nested_forks
             inner = self.node(n.for_get_body())
             self.batch_if = self.batch_if[:-1] if batch else self.batch_if
+            if batch and self.nested_forks == forks:  # nothing inside forks instead: a
+                batch = None  # region of one iteration keeps the other threads awake
             self.in_simd -= simd
             self.outlining -= outlined
             self.iters.pop()
@@ -176,6 +180,7 @@ class CEmitter:
                                      c.Block([loop]))]
                     if self.batch_if and self.outlining:  # inside such a loop: forks when
                         # that one did not (a batch of one), else runs on its thread
+                        self.nested_forks += 1
                         return [c.If(f"!({self.batch_if[-1]})",
                                      c.Block([c.Pragma(pragma[0]), loop]), c.Block([loop]))]
                     return [c.Pragma(pragma[0]), loop]
