@@ -275,13 +275,22 @@ def test_float16_inputs_and_outputs(tmp_path):
     assert rc == 1 and "has dtype <f4; the model wants <f2" in err
 
 
-def test_bfloat16_is_refused():
-    from .test_onnx_halves import _mlp
+def test_bfloat16_inputs_and_outputs(tmp_path):
+    """bfloat16 at the graph's edges (.npy files hold it as two bytes, ``<V2``): the
+    float32 computation rounded to nearest even, the bits of polytc.onnx."""
+    from .test_onnx_halves import BF16, _mlp, _x
 
-    m, _ = _mlp(TensorProto.BFLOAT16, np.dtype(helper.tensor_dtype_to_np_dtype(
-        TensorProto.BFLOAT16)))
-    with pytest.raises(UnsupportedError, match="bfloat16 inputs or outputs is not supported"):
-        aot.export_session(ponnx.compile(m), "/nonexistent", build=False)
+    m, _ = _mlp(TensorProto.BFLOAT16, BF16)
+    sess = ponnx.compile(m)
+    e = aot.export_session(sess, tmp_path)
+    x = _x(BF16)
+    rc, err, got = run_exported(e.program, tmp_path, x)
+    assert rc == 0, err
+    (want,) = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(got["y"].view(np.uint16), want.view(np.uint16))
+    lib = aot.load(tmp_path)
+    np.testing.assert_array_equal(lib.run(None, {"x": x})[0].view(np.uint16),
+                                  want.view(np.uint16))
 
 
 def test_load_calls_the_library_from_python(tmp_path):

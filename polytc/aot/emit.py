@@ -19,8 +19,10 @@ import numpy as np
 from ..runtime.executor import EXEC_SOURCE, FILL
 from .layout import Poly
 
-#: the dtype of float16 inputs and outputs (the model computes them in float32)
-HALF = np.dtype(np.float16).str
+#: the dtypes of half-precision inputs and outputs (the model computes them in float32),
+#: as numpy writes them in .npy files (bfloat16, ml_dtypes', as two bytes) -> the C
+#: conversions' suffix
+HALVES = {np.dtype(np.float16).str: "f16", "<V2": "bf16"}
 _EXPORTED = re.compile(r"\b(polytc_(?:kernel_argv|kernel|prepack\d+))\b")
 
 
@@ -199,9 +201,9 @@ class Emitter:
             if e[0] == "feed":
                 i = e[1]
                 name, dtype, _shape = self.inputs[i]
-                if dtype == HALF:  # widened into a float buffer of the model's own
-                    out.append(f"  if (!(m->p[{k}] = pt_widen(m, {i}, in[{i}], d))) "
-                               "return -1;")
+                if dtype in HALVES:  # widened into a float buffer of the model's own
+                    out.append(f"  if (!(m->p[{k}] = pt_widen(m, {i}, in[{i}], d, "
+                               f"pt_from_{HALVES[dtype]}))) return -1;")
                 elif name in L["aligned"]:  # a kernel reads it at full vector width
                     out.append(f"  if (!(m->p[{k}] = pt_aligned(m, {i}, in[{i}], d))) "
                                "return -1;")
@@ -211,7 +213,7 @@ class Emitter:
         copies = []
         names = [nm for nm, *_x in self.inputs]
         for j, (n, r, _shape, dtype) in enumerate(L["outputs"]):
-            half = dtype == HALF  # computed in float, rounded into the caller's buffer
+            half = HALVES.get(dtype)  # computed in float, rounded into the caller's buffer
             if any(e == ("fresh", r) for e in p):
                 if r not in store:
                     store[r] = j
@@ -219,22 +221,22 @@ class Emitter:
                     if half:
                         out.append(f"  if (!(m->p[{k}] = pt_wide_out(m, {j}, d))) "
                                    f"return -1;  /* {n} */")
-                        copies.append(f"  pt_narrow(out[{j}], m->wide[{j}], "
+                        copies.append(f"  pt_to_{half}(out[{j}], m->wide[{j}], "
                                       f"pt_out_bytes({j}, d) / 2);  /* {n} */")
                     else:
                         out.append(f"  m->p[{k}] = out[{j}];  /* {n} */")
                     continue
                 j0 = store[r]
-                src = f"m->wide[{j0}]" if L["outputs"][j0][3] == HALF else f"out[{j0}]"
+                src = f"m->wide[{j0}]" if L["outputs"][j0][3] in HALVES else f"out[{j0}]"
             elif r in L["arena"]:
                 b, at, _end = L["arena"][r]
                 src = f"(char *)m->buf[{buffers.index(b)}] + {_num(at)}"
             elif r in names:  # (a half input's bytes are the half output's)
                 src = f"in[{names.index(r)}]"
-                half = half and self.inputs[names.index(r)][1] != HALF
+                half = half if self.inputs[names.index(r)][1] not in HALVES else None
             else:
                 src = f"pt_weights + {self.offset[r]}"
-            copies.append(f"  pt_narrow(out[{j}], {src}, pt_out_bytes({j}, d) / 2);  /* {n} */"
+            copies.append(f"  pt_to_{half}(out[{j}], {src}, pt_out_bytes({j}, d) / 2);  /* {n} */"
                           if half else
                           f"  memcpy(out[{j}], {src}, (size_t)pt_out_bytes({j}, d));  /* {n} */")
         out += ["  return 0;", "}", "",
@@ -311,14 +313,24 @@ static void *pt_aligned(polytc_model *m, int i, const void *a, const int64_t *d)
   return m->copy[i];
 }
 
-/* float16 in and out (rounded to nearest even, as numpy does) */
-static void *pt_widen(polytc_model *m, int i, const void *a, const int64_t *d)
+/* half precision in and out: float16, and bfloat16 (the top half of a float's bits),
+   both rounded to nearest even as numpy and ml_dtypes do */
+static float pt_from_f16(const void *a, size_t k) { return (float)((const _Float16 *)a)[k]; }
+static float pt_from_bf16(const void *a, size_t k)
+{
+  uint32_t u = (uint32_t)((const uint16_t *)a)[k] << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void *pt_widen(polytc_model *m, int i, const void *a, const int64_t *d,
+                      float (*from)(const void *, size_t))
 {
   size_t n = (size_t)pt_in_bytes(i, d) / 2;
   float *f = pt_grow(&m->copy[i], &m->copy_cap[i], 4 * n);
-  const _Float16 *h = a;
   for (size_t k = 0; f && k < n; ++k)
-    f[k] = (float)h[k];
+    f[k] = from(a, k);
   return f;
 }
 
@@ -327,12 +339,25 @@ static void *pt_wide_out(polytc_model *m, int j, const int64_t *d)
   return pt_grow(&m->wide[j], &m->wide_cap[j], 2 * (size_t)pt_out_bytes(j, d));
 }
 
-static void pt_narrow(void *dst, const void *src, int64_t n)
+static void pt_to_f16(void *dst, const void *src, int64_t n)
 {
   _Float16 *h = dst;
   const float *f = src;
   for (int64_t k = 0; k < n; ++k)
     h[k] = (_Float16)f[k];
+}
+
+static void pt_to_bf16(void *dst, const void *src, int64_t n)
+{
+  uint16_t *h = dst;
+  for (int64_t k = 0; k < n; ++k) {
+    uint32_t u;
+    memcpy(&u, (const float *)src + k, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: quiet, sign kept */
+      h[k] = (uint16_t)((u >> 16) | 0x40);
+    else
+      h[k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
 }"""
 
 #: the functions of model.h

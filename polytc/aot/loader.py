@@ -19,6 +19,16 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 LIBRARY = "libpolytc_model.so"
 
 
+def _dtype(text: str) -> np.dtype:
+    """A dtype of the library's description: ``<V2`` is bfloat16 (as numpy saves
+    ml_dtypes' bfloat16 in .npy files)."""
+    if text == "<V2":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(text)
+
+
 class ExportedModel:
     """The model of an exported directory's ``libpolytc_model.so``: ``run`` takes and
     returns numpy arrays, as ``polytc.onnx.Session.run`` does."""
@@ -51,12 +61,12 @@ class ExportedModel:
         self.dims = [text(lib.polytc_model_dim_name, j)
                      for j in range(lib.polytc_model_num_dims())]
         self.inputs = [(text(lib.polytc_model_input_name, i),
-                        np.dtype(text(lib.polytc_model_input_dtype, i)),
+                        _dtype(text(lib.polytc_model_input_dtype, i)),
                         [lib.polytc_model_input_dim(i, a)
                          for a in range(lib.polytc_model_input_rank(i))])
                        for i in range(lib.polytc_model_num_inputs())]
         self.outputs = [(text(lib.polytc_model_output_name, j),
-                         np.dtype(text(lib.polytc_model_output_dtype, j)),
+                         _dtype(text(lib.polytc_model_output_dtype, j)),
                          lib.polytc_model_output_rank(j))
                         for j in range(lib.polytc_model_num_outputs())]
         self._model = lib.polytc_model_create(threads)
