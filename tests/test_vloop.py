@@ -56,3 +56,20 @@ def test_nan_and_infinities_pass_through():
     X[1, :3] = [-100.0, 88.0, -87.0]
     with np.errstate(over="ignore"):
         np.testing.assert_allclose(k(X), np.exp(X), rtol=2e-6)
+
+
+@pytest.mark.parametrize("k,width", [(2, 56), (3, 20), (2, 7)])
+def test_a_read_through_a_divided_index_runs_in_phases(k, width):
+    """Nearest upsampling, ``Y(j) = X(j / k)``: the vector loop runs over ``j / k`` with
+    the ``k`` phases spelt out (unit-stride reads, not gathers) when it covers whole
+    phases; an odd number of columns keeps the plain loop.  Both give numpy's result."""
+    odd = int(width % 2 == 1)  # one column short of whole phases
+    src = f"""def up(float(C, H, W) X) -> (Y) {{
+        Y(c, i, j) = X(c, i / {k}, j / {k}) where c in 0:C, i in 0:{k}*H, j in 0:{k}*W - {odd}
+    }}"""
+    kern = polytc.tc(src)
+    X = np.random.default_rng(k).normal(size=(3, 5, width)).astype(np.float32)
+    want = np.repeat(np.repeat(X, k, 1), k, 2)[:, :, :k * width - odd]
+    np.testing.assert_array_equal(kern(X), want)
+    phased = "pt_u" in kern.specialize(X).code
+    assert phased == (width % 2 == 0)
