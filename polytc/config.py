@@ -22,6 +22,8 @@
 ``POLYTC_CUDA_ARCH``    the ``compute_XY`` to compile for without a GPU (default 90)
 ``POLYTC_FUZZ_EXAMPLES`` programs the differential fuzzer of the test suite draws
                         (tests/test_differential.py; default 200: about half a minute)
+``POLYTC_FUZZ_RANDOM``  ``1``: the property tests draw new examples at each run (by
+                        default the same ones: tests/conftest.py)
 =====================  ===========================================================
 """
 from __future__ import annotations
@@ -81,6 +83,10 @@ def fuzz_examples(default: int = 200) -> int:
         return max(1, int(os.environ.get("POLYTC_FUZZ_EXAMPLES", default)))
     except ValueError:
         return default
+
+
+def fuzz_random() -> bool:
+    return os.environ.get("POLYTC_FUZZ_RANDOM", "") not in ("", "0")
 
 
 def num_threads() -> int | None:

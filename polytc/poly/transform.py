@@ -28,8 +28,28 @@ def tile(node, sizes):
     return node.band_tile(multi_val(node, sizes))
 
 
+#: isl's budget for finding a band's full tiles; past it, the tiles are not isolated
+ISOLATE_OPERATIONS = 5_000_000
+
+
 def isolate_full_tiles(tile_node, sizes):
-    """Ask the AST generator to emit full tiles separately (constant trip counts inside)."""
+    """Ask the AST generator to emit full tiles separately (constant trip counts inside);
+    unchanged when isl runs past ``ISOLATE_OPERATIONS`` working them out (the guards
+    stay in every tile: correct, slower)."""
+    ctx = tile_node.get_ctx()
+    ctx.set_max_operations(ISOLATE_OPERATIONS)
+    ctx.reset_operations()
+    try:
+        opts = _isolated(tile_node, sizes)
+    except isl.Error:
+        return tile_node
+    finally:
+        ctx.set_max_operations(0)
+    return tile_node.band_set_ast_build_options(opts)
+
+
+def _isolated(tile_node, sizes):
+    """The ``isolate`` AST build option of ``isolate_full_tiles``."""
     ctx = tile_node.get_ctx()
     dom = tile_node.get_domain()
     prefix = tile_node.get_prefix_schedule_union_map()
@@ -49,8 +69,7 @@ def isolate_full_tiles(tile_node, sizes):
     hull = isl.Set.from_basic_set(full.polyhedral_hull()).intersect(tiles)
     if hull.is_subset(full):
         full = hull
-    opts = isl.UnionSet.from_set(full.set_tuple_name("isolate"))
-    return tile_node.band_set_ast_build_options(opts)
+    return isl.UnionSet.from_set(full.set_tuple_name("isolate"))
 
 
 def whole(pairs, box):
