@@ -334,3 +334,19 @@ def test_a_long_kernel_compiles_in_parts(monkeypatch):
     assert "-Wl,--allow-multiple-definition" in commands[-1]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_full_tiles_past_isls_budget_keep_their_guards(monkeypatch):
+    """isl's work on a band's full tiles is bounded (``ISOLATE_OPERATIONS``): past the
+    budget the tiles are not isolated, and the kernel still computes the product."""
+    from polytc.poly import transform
+
+    src = "def mmb(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(70, 45)).astype(np.float32)
+    B = rng.normal(size=(45, 53)).astype(np.float32)
+    isolated = polytc.tc(src).specialize(A, B).stages["ast"]
+    monkeypatch.setattr(transform, "ISOLATE_OPERATIONS", 1)
+    k = polytc.tc(src.replace("mmb", "mmb_budget"))
+    assert k.specialize(A, B).stages["ast"] != isolated.replace("mmb", "mmb_budget")
+    np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-4)

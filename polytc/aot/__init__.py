@@ -68,11 +68,11 @@ def export_session(session, directory, shapes: dict | None = None,
                                f"'{session.target}'", hint="compile the model with target='c'")
     half = {v: np.dtype(t) for v, t in g.boundary.items()}  # float16, bfloat16
     base, dims = _input_shapes(session, shapes or {})
-    points = L.grid(len(dims)) if dims else [()]
     if len(dims) > 3:
         raise UnsupportedError(f"the model has {len(dims)} symbolic dimensions "
                                f"({', '.join(dims)}); export keeps at most 3 symbolic",
                                hint=L.FIX_HINT)
+    points = L.grid(len(dims)) if dims else [()]
     snaps = [_snapshot(session, _at(base, dims, pt)) for pt in points]
     check = L.verify_point(len(dims))
     fitted = L.fit(snaps, points, (_snapshot(session, _at(base, dims, check)), check)
@@ -157,10 +157,9 @@ def _at(base: dict, dims: list, values: tuple) -> dict:
 
 
 def _snapshot(session, shapes: dict) -> dict:
-    g = session.graph
-    session._check_feeds({v: np.lib.stride_tricks.as_strided(
-        np.zeros((), g.boundary.get(v, g.types[v].dtype)), s, (0,) * len(s))
-        for v, s in shapes.items()})  # the shapes are the model's (a clear error if not)
+    g = session.graph  # the shapes are the model's (a clear error if not)
+    session._check_feeds({v: np.empty(s, g.boundary.get(v, g.types[v].dtype))
+                          for v, s in shapes.items()})
     plan = session.plan(shapes)
     if plan.driver is None:
         if plan.kernels:

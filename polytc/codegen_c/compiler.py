@@ -322,24 +322,25 @@ def _build(c_source: str, cc: list[str], flags: list[str]) -> tuple[bytes, dict]
                             + text[len(PRELUDE):])
         t0 = time.perf_counter()
         if parts is None:
-            cmds = [cc + ["kernel.c", "-o", "kernel.so"] + flags + include]
-        else:  # each part an object, on a core of its own, then one link
+            stages = [[cc + ["kernel.c", "-o", "kernel.so"] + flags + include]]
+        else:  # each part an object, each on a core of its own, then one link (each part
+            # defines the head's hidden vector math functions alike, ``vmath.py``: the
+            # linker keeps one of each)
             compile_flags = [f for f in flags if f != "-shared" and not f.startswith("-l")]
-            cmds = [cc + ["-c", n, "-o", n[:-2] + ".o"] + compile_flags + more + include
-                    for n, (_, more) in zip(names, parts)]
-            with ThreadPoolExecutor(max_workers=len(cmds)) as pool:
-                runs = list(pool.map(lambda cmd: (cmd, _run_compiler(cmd, cwd=d)), cmds))
-            failed = [(cmd, r) for cmd, r in runs if r.returncode != 0]
-            if not failed:  # (each part defines the head's hidden vector math functions
-                # alike, ``vmath.py``: the linker keeps one of each)
-                cmds = [cc + [n[:-2] + ".o" for n in names] + ["-o", "kernel.so"] + flags +
-                        ["-Wl,--allow-multiple-definition"]]
-        for cmd in cmds if parts is None or not failed else []:
-            failed = [(cmd, r) for r in [_run_compiler(cmd, cwd=d, timeout=BUILD_TIMEOUT_S)]
-                      if r.returncode != 0]
+            stages = [[cc + ["-c", n, "-o", n[:-2] + ".o"] + compile_flags + more + include
+                       for n, (_, more) in zip(names, parts)],
+                      [cc + [n[:-2] + ".o" for n in names] + ["-o", "kernel.so"] + flags +
+                       ["-Wl,--allow-multiple-definition"]]]
+        failed = None
+        for stage in stages:
+            with ThreadPoolExecutor(max_workers=len(stage)) as pool:
+                runs = list(pool.map(lambda cmd: (cmd, _run_compiler(cmd, cwd=d)), stage))
+            failed = next(((cmd, r) for cmd, r in runs if r.returncode != 0), None)
+            if failed:
+                break
         seconds = time.perf_counter() - t0
         if failed:
-            cmd, r = failed[0]
+            cmd, r = failed
             raise CompilationError(
                 f"C compiler failed on generated code (exit {r.returncode}; "
                 f"command: {' '.join(cmd)}):\n{_diagnostics(r)}",
@@ -352,7 +353,7 @@ def _build(c_source: str, cc: list[str], flags: list[str]) -> tuple[bytes, dict]
                                    hint=_BUG_HINT) from None
         config.log(1, f"compiled C kernel in {seconds:.2f} s" +
                    (f" ({len(parts)} parts)" if parts else ""))
-        return so, {"command": cmds[-1], "build_seconds": round(seconds, 3)}
+        return so, {"command": stages[-1][-1], "build_seconds": round(seconds, 3)}
 
 
 #: a kernel's C this long compiles in parts, linked into one shared object: its parallel

@@ -220,8 +220,8 @@ class CEmitter:
         it / k`` around its ``k`` phases spelt out (``it = k u + q``, ``it / k`` is
         ``u``): the reads are unit-stride along the vector loop and the ``k`` stores
         interleave (gcc's vector loop over ``j`` made gathers: 127 -> 52 us for (64, 56,
-        56) 2x up).  None when the loop runs no whole phases, or ``it`` appears divided
-        by different constants or otherwise than divided in a read."""
+        56) 2x up).  None when the loop runs no whole phases, or ``it`` is divided by
+        several constants (its other uses read the constant ``it`` of each phase)."""
         m = re.fullmatch(r"long \w+ = (-?\d+)L", header[0])
         bound = re.fullmatch(rf"{it} <= (-?\d+)L", header[1])
         if m is None or bound is None or header[2] != f"{it} += 1L":
