@@ -20,6 +20,9 @@
                         first GPU, else the first device)
 ``POLYTC_NVCC``         the CUDA compiler (default ``nvcc``)
 ``POLYTC_CUDA_ARCH``    the ``compute_XY`` to compile for without a GPU (default 90)
+``POLYTC_INT8_DOT``     ``1``/``0``: quantised products as ``dot4`` of int8 words, or as
+                        float products (default: ``dot4`` where the CPU has VNNI;
+                        graph/quantised.py)
 ``POLYTC_FUZZ_EXAMPLES`` programs the differential fuzzer of the test suite draws
                         (tests/test_differential.py; default 200: about half a minute)
 ``POLYTC_FUZZ_RANDOM``  ``1``: the property tests draw new examples at each run (by
@@ -87,6 +90,13 @@ def fuzz_examples(default: int = 200) -> int:
 
 def fuzz_random() -> bool:
     return os.environ.get("POLYTC_FUZZ_RANDOM", "") not in ("", "0")
+
+
+def int8_dot(default: bool) -> bool:
+    """Whether quantised products run as ``dot4`` (``POLYTC_INT8_DOT``, else ``default``:
+    the CPU's answer)."""
+    v = os.environ.get("POLYTC_INT8_DOT", "").strip()
+    return default if v == "" else v not in ("0", "false", "no")
 
 
 def num_threads() -> int | None:

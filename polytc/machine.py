@@ -16,6 +16,9 @@ class Machine:
     vector_bytes: int  # widest SIMD register (64 with AVX-512)
     vector_registers: int
     cores: int
+    #: an int8 dot-product instruction at the vector width (AVX512-VNNI, AVX-VNNI):
+    #: quantised products then run as ``dot4`` (``graph/quantised.py``)
+    int8_dot: bool = False
 
     def lanes(self, itemsize: int) -> int:
         return max(1, self.vector_bytes // itemsize)
@@ -75,10 +78,12 @@ def host() -> Machine:
     flags = _cpu_flags()
     if "avx512f" in flags:
         vbytes, regs = 64, 32
+        dot = "avx512_vnni" in flags
     elif "avx2" in flags or "avx" in flags:
         vbytes, regs = 32, 16
+        dot = "avx_vnni" in flags
     else:
-        vbytes, regs = 16, 16
+        vbytes, regs, dot = 16, 16, False
     return Machine(
         l1=_sysfs_cache(1) or 32 * 1024,
         l2=_sysfs_cache(2) or 1 << 20,
@@ -86,6 +91,7 @@ def host() -> Machine:
         vector_bytes=vbytes,
         vector_registers=regs,
         cores=os.cpu_count() or 1,
+        int8_dot=dot,
     )
 
 

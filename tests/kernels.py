@@ -145,6 +145,26 @@ add("matmul",
     lambda r, M=7, K=13, N=5: (f32(r, M, K), f32(r, K, N)),
     lambda A, B: d(A) @ d(B),
     sizes=({}, {"M": 1, "K": 17, "N": 31}, {"M": 23, "K": 1, "N": 2}))
+def _dot4_ref(A, B):
+    """``dot4`` products: the unsigned bytes of A's words times the signed bytes of B's."""
+    a = np.ascontiguousarray(A).view(np.uint8).reshape(A.shape + (4,)).astype(np.int64)
+    b = np.ascontiguousarray(B).view(np.int8).reshape(B.shape + (4,)).astype(np.int64)
+    return np.einsum("mkr,knr->mn", a, b).astype(np.int32)
+
+
+def _words(r, *shape, dtype=np.int32):
+    return r.integers(0, 1 << 32, shape, dtype=np.uint64).astype(np.uint32).view(dtype)
+
+
+add("quantised_matmul",  # int8 words: one vpdpbusd per vector with VNNI
+    "def quantised_matmul(int32(M,K) A, int32(K,N) B) -> (C) { C(m, n) +=! dot4(A(m, k), B(k, n)) }",
+    lambda r, M=37, K=29, N=53: (_words(r, M, K), _words(r, K, N)),
+    _dot4_ref,
+    sizes=({}, {"M": 64, "K": 64, "N": 96}, {"M": 1, "K": 1, "N": 1}, {"M": 3, "K": 5, "N": 8}))
+add("quantised_matvec_uint32",
+    "def quantised_matvec_uint32(uint32(M,K) A, int32(K) x) -> (y) { y(m) +=! dot4(A(m, k), x(k)) }",
+    lambda r, M=19, K=77: (_words(r, M, K, dtype=np.uint32), _words(r, K)),
+    lambda A, x: _dot4_ref(A, x.reshape(-1, 1)).reshape(-1))
 add("matmul_tn",
     "def matmul_tn(float(K,M) A, float(K,N) B) -> (C) { C(m, n) +=! A(k, m) * B(k, n) }",
     lambda r, M=11, K=7, N=3: (f32(r, K, M), f32(r, K, N)),

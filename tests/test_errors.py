@@ -284,6 +284,13 @@ def test_builtin_wrong_arity(call, arity, got):
     assert_located(e, src, call)
 
 
+def test_dot4_takes_32_bit_words():
+    src = "def f(float(N) A, int32(N) B) -> (O) {\n    O(i) = dot4(A(i), B(i))\n}"
+    e = tc_error(src, TCTypeError)
+    assert "'dot4' takes 32-bit integer words but got float" in e.message
+    assert_located(e, src, "A(i)")
+
+
 def test_float_subscript():
     src = "def f(float(N) A) -> (O) {\n    O(i) = A(A(i))\n}"
     e = tc_error(src, TCTypeError)

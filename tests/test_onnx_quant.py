@@ -260,10 +260,11 @@ def _dynamic_matmul(k=16):
     return _model(nodes, {"x": x}, ["y"], {"w": w}, opset=17), {"x": x}
 
 
-def test_dynamic_quantisation_feeds_the_float_product():
-    """The activation is quantised straight to a float (QuantizeLinear's internal float
-    output), no uint8 in between, and the product is a float MatMul: onnxruntime's
-    results exactly."""
+def test_dynamic_quantisation_feeds_the_float_product(monkeypatch):
+    """Without int8 words (a CPU without VNNI), the activation is quantised straight to
+    a float (QuantizeLinear's internal float output), no uint8 in between, and the
+    product is a float MatMul: onnxruntime's results exactly."""
+    monkeypatch.setenv("POLYTC_INT8_DOT", "0")
     m, feeds = _dynamic_matmul()
     got = run_model(m, feeds, rtol=0, atol=0)[0]
     assert got.dtype == np.float32
@@ -272,6 +273,61 @@ def test_dynamic_quantisation_feeds_the_float_product():
     assert [n.attr("output_dtype") for n in quantise] == [onnx.TensorProto.FLOAT]
     assert not [n for n in g.nodes if n.op == "Cast" and n.attr("to") ==
                 onnx.TensorProto.INT32]
+
+
+def _words_model(k, n, rows, wdtype=I8, w_zero=None, a_zero=True):
+    """x (float) -> DynamicQuantizeLinear -> MatMulInteger(constant weights [k, n] of
+    ``wdtype`` with zero point ``w_zero``; ``a_zero``: the activation's zero point
+    given) -> Cast -> Mul -> Relu."""
+    w = _ints((k, n), wdtype, seed=1)
+    inits = {"w": w}
+    ins = ["q", "w", "z" if a_zero else ""]
+    if w_zero is not None:
+        inits["wz"] = np.asarray(w_zero, wdtype)
+        ins.append("wz")
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+             helper.make_node("MatMulInteger", ins, ["acc"]),
+             helper.make_node("Cast", ["acc"], ["f"], to=onnx.TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "s"], ["m"]),
+             helper.make_node("Relu", ["m"], ["y"])]
+    x = _floats(*rows, k)
+    return _model(nodes, {"x": x}, ["y"], inits, opset=17), {"x": x}
+
+
+@pytest.mark.parametrize("k,n,rows,wdtype,w_zero,a_zero", [
+    (64, 48, (5,), I8, None, True),  # micro-kernel tiles and a partial one
+    (256, 100, (2, 33), I8, None, True),  # batched rows, a masked last vector
+    (12, 7, (3,), I8, 0, False),  # narrower than a vector, no activation zero point
+    (64, 40, (4,), np.uint8, 128, True),  # uint8 weights centred on 128: int8 again
+    (32, 24, (6,), np.uint8, np.full(24, 128), True),  # a zero point per column
+])
+def test_dynamic_quantisation_runs_on_int8_words(monkeypatch, k, n, rows, wdtype, w_zero,
+                                                 a_zero):
+    """With int8 words (forced: the code is exact without VNNI too) the product is
+    ``MatMulWords`` of the uint8 activation viewed as words and the prepacked weights,
+    minus the zero point's column sums, in int32: onnxruntime's results exactly."""
+    monkeypatch.setenv("POLYTC_INT8_DOT", "1")
+    m, feeds = _words_model(k, n, rows, wdtype, w_zero, a_zero)
+    run_model(m, feeds, rtol=0, atol=0)
+    session = polytc.onnx.compile(m)
+    ops = {n.op for n in session.graph.nodes}
+    assert {"QuantWords", "MatMulWords"} <= ops and "MatMul" not in ops
+    session.run(None, feeds)
+    (plan,) = session._plans.values()
+    code = "".join(k.code for k in plan.kernels.values())
+    assert "pt_vdot4_" in code or "pt_dot4(" in code
+
+
+@pytest.mark.parametrize("k,wdtype,w_zero", [
+    (18, I8, None),  # rows of 18 bytes: not whole words
+    (16, I8, 5),  # int8 weights minus 5 leave int8's range
+    (16, U8, np.arange(100, 108)),  # so do uint8 ones minus 100..107, per column
+])
+def test_products_that_are_not_words_stay_float(monkeypatch, k, wdtype, w_zero):
+    monkeypatch.setenv("POLYTC_INT8_DOT", "1")
+    m, feeds = _words_model(k, 8, (3,), wdtype, w_zero)
+    run_model(m, feeds, rtol=0, atol=0)
+    assert "MatMulWords" not in {n.op for n in polytc.onnx.compile(m).graph.nodes}
 
 
 def test_constant_dequantised_weights_fold_at_opset_17():

@@ -207,7 +207,8 @@ def test_casts_calls_and_accesses():
 def test_builtins_table():
     assert BUILTINS["exp"] == 1 and BUILTINS["pow"] == 2 and BUILTINS["fma"] == 3
     assert BUILTINS["rnorm4d"] == 4 and BUILTINS["min"] == BUILTINS["max"] == 2
-    assert len(BUILTINS) == 67  # 48 unary, 12 binary, min, max, 3 + 2 more
+    assert BUILTINS["dot4"] == 2
+    assert len(BUILTINS) == 68  # 48 unary, 12 binary, min, max, 3 + 2 more, polytc's dot4
 
 
 # --- precedence ------------------------------------------------------------------------

@@ -52,15 +52,16 @@ def half():
                   [_info("y", TensorProto.FLOAT16, [4, 8])], [w, b], opset=18)
 
 
-def quantised():
-    """DynamicQuantizeLinear -> MatMulInteger(int8 weights) -> Cast -> Mul: the product
-    runs in float, on an internal QuantizeLinear to float (quantised.py)."""
-    w = np.random.default_rng(1).integers(-128, 128, (16, 8)).astype(np.int8)
+def quantised(k=18):
+    """DynamicQuantizeLinear -> MatMulInteger(int8 weights) -> Cast -> Mul: with rows of
+    18 values the product runs in float, on an internal QuantizeLinear to float; with
+    16 (whole int32 words) as ``MatMulWords`` where int8 words are on (quantised.py)."""
+    w = np.random.default_rng(1).integers(-128, 128, (k, 8)).astype(np.int8)
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
              helper.make_node("MatMulInteger", ["q", "w", "z"], ["acc"]),
              helper.make_node("Cast", ["acc"], ["f"], to=TensorProto.FLOAT),
              helper.make_node("Mul", ["f", "s"], ["y"])]
-    return _model(nodes, [_info("x", TensorProto.FLOAT, [3, 16])],
+    return _model(nodes, [_info("x", TensorProto.FLOAT, [3, k])],
                   [_info("y", TensorProto.FLOAT, [3, 8])], [numpy_helper.from_array(w, "w")])
 
 
@@ -103,6 +104,7 @@ CASES = {
     "folded": folded,
     "float16": half,
     "quantised": quantised,
+    "quantised_words": lambda: quantised(16),
     "conv_integer": conv_integer,
     "conv_integer_batch_N": lambda: conv_integer("N"),
     "upsample": upsample,
@@ -115,6 +117,11 @@ BATCHES = (2, 3)
 
 class Case:
     def __init__(self, name):
+        with pytest.MonkeyPatch.context() as mp:  # (int8 words on any CPU: exact anyway)
+            mp.setenv("POLYTC_INT8_DOT", "1" if name.endswith("_words") else "0")
+            self._build(name)
+
+    def _build(self, name):
         self.model = CASES[name]()
         self.session = polytc.onnx.compile(self.model)
         symbolic = any(d.dim_param for i in self.model.graph.input
@@ -232,14 +239,15 @@ def test_constants_are_folded_initialisers(cases):
     assert "Concat" not in {n.op_type for n in inlined.graph.node}
 
 
-@pytest.mark.parametrize("name,op", [("quantised", "QuantizeLinear"),
-                                     ("conv_integer", "Conv"), ("upsample", "Upsample")])
-def test_polytc_internal_ops_are_in_polytc_domain(cases, name, op):
+@pytest.mark.parametrize("name,ops", [("quantised", ["QuantizeLinear"]),
+                                      ("quantised_words", ["QuantWords", "MatMulWords"]),
+                                      ("conv_integer", ["Conv"]), ("upsample", ["Upsample"])])
+def test_polytc_internal_ops_are_in_polytc_domain(cases, name, ops):
     saved = cases(name).saved
     nodes = list(saved.graph.node) + [n for f in saved.functions for n in f.node]
     internal = [n for n in nodes if n.domain == save.INTERNAL]
-    assert [n.op_type for n in internal] == [op]
-    assert all(n.op_type != op for n in nodes if n.domain == "")
+    assert [n.op_type for n in internal] == ops
+    assert all(n.op_type not in ops for n in nodes if n.domain == "")
     assert any(save.INTERNAL in {o.domain for o in f.opset_import} for f in saved.functions)
 
 

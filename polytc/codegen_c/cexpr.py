@@ -73,6 +73,48 @@ def div_helpers(code: str, q="static inline", zero="__builtin_expect(b == 0, 0)"
     return "".join(out)
 
 
+_DOT4 = """
+{q} int pt_dot4(int a, int b) {{
+  unsigned int ua = (unsigned int)a, ub = (unsigned int)b;
+  return (int)(ua & 255u) * ((int)(ub << 24) >> 24) + (int)((ua >> 8) & 255u) * ((int)(ub << 16) >> 24)
+       + (int)((ua >> 16) & 255u) * ((int)(ub << 8) >> 24) + (int)(ua >> 24) * ((int)ub >> 24);
+}}
+"""
+
+#: vector bytes -> the guard and the builtin of x86's vpdpbusd on that width
+_VPDPBUSD = {
+    64: ("defined(__AVX512VNNI__)", "__builtin_ia32_vpdpbusd_v16si"),
+    32: ("defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))",
+         "__builtin_ia32_vpdpbusd_v8si"),
+    16: ("defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))",
+         "__builtin_ia32_vpdpbusd_v4si"),
+}
+
+
+def dot4_helper(code: str, q: str = "static inline") -> str:
+    """``pt_dot4``, the builtin ``dot4`` on two words, when ``code`` calls it."""
+    return _DOT4.format(q=q) if re.search(r"\bpt_dot4\(", code) else ""
+
+
+def vdot4_helpers(code: str) -> str:
+    """``pt_vdot4_vNi`` (``acc + dot4`` lane by lane on N-lane int32 vectors ``pt_vNi``:
+    one vpdpbusd where the CPU has VNNI, else exact shifts and products) for those
+    ``code`` calls."""
+    out = []
+    for lanes in sorted({int(n) for n in re.findall(r"\bpt_vdot4_v(\d+)i\(", code)}):
+        v = f"pt_v{lanes}i"
+        guard, builtin = _VPDPBUSD.get(lanes * 4, ("0", ""))
+        slow = "".join(f"  acc += (pt_v)((ua >> {k}) & 255u) * ((pt_v)(ub << {24 - k}) >> 24);\n"
+                       for k in (0, 8, 16, 24))
+        out.append(
+            f"static inline {v} pt_vdot4_v{lanes}i({v} acc, {v} a, {v} b)\n{{\n"
+            f"#if {guard}\n  return {builtin}(acc, a, b);\n#else\n"
+            f"  typedef int pt_v __attribute__((vector_size({lanes * 4})));\n"
+            f"  typedef unsigned int pt_u __attribute__((vector_size({lanes * 4})));\n"
+            f"  pt_u ua = (pt_u)a, ub = (pt_u)b;\n{slow}  return acc;\n#endif\n}}\n")
+    return "".join(out)
+
+
 _FUNCS = {  # builtin -> C name for float (f suffix added) / double
     "acos": "acos", "acosh": "acosh", "asin": "asin", "asinh": "asinh", "atan": "atan",
     "atan2": "atan2", "atanh": "atanh", "cbrt": "cbrt", "ceil": "ceil", "copysign": "copysign",
@@ -279,6 +321,8 @@ class ExprPrinter:
     def apply(self, e: P.Apply) -> str:
         args = [self.expr(a) for a in e.args]
         f, t = e.func, e.dtype
+        if f == "dot4":
+            return f"pt_dot4({args[0]}, {args[1]})"
         if f == "min":
             return f"PT_MIN({args[0]}, {args[1]})"
         if f == "max":

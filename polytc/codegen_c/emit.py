@@ -25,8 +25,8 @@ from .vmath import vector_math
 from .pack import PackPrinter, packs_of
 from .tcopy import transposed_copy
 from .vloop import math_loop
-from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, isl_expr, literal,
-                    statement_code)
+from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, dot4_helper, isl_expr,
+                    literal, statement_code, vdot4_helpers)
 from .promote import Promotion
 
 def _strip(text: str) -> str:
@@ -422,10 +422,11 @@ class CEmitter:
                                                   [c.Value("", p) for p in params] or
                                                   [c.Value("void", "")]),
                             c.Block(body))
+        bodies = "\n\n".join(str(h) for h in self.helpers)
         helpers = "".join(typedefs(*v) for v in sorted(self.vector_types)) + \
+            vdot4_helpers(bodies + str(fn)) + \
             "".join(masked_moves(*v) for v in sorted(self.masked_types)) + \
-            "\n".join(p.declaration() for p in self.packs.values()) + "\n\n" + \
-            "\n\n".join(str(h) for h in self.helpers)
+            "\n".join(p.declaration() for p in self.packs.values()) + "\n\n" + bodies
         # the same, its arguments in one array (a plan's executor: graph/native.py)
         nsym = len(self.scop.symbolic)  # a symbolic size: a pointer to its long
         args = [f"*(const long *)a[{i}]" if i < nsym else f"a[{i}]" for i in range(len(params))]
@@ -434,4 +435,5 @@ class CEmitter:
         code = helpers + "\n\n" + str(fn) + "\n" + argv + "".join(
             "\n" + p.prepack(self.shapes, self.env)
             for p in self.packs.values() if p.box is not None and not p.alias)
-        return PRELUDE + div_helpers(code) + vector_math(code) + "\n" + code
+        return PRELUDE + div_helpers(code) + dot4_helper(code) + vector_math(code) + "\n" + \
+            code

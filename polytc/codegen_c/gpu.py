@@ -20,7 +20,7 @@ from __future__ import annotations
 import cgen as c
 import islpy as isl
 
-from .cexpr import ExprPrinter, div_helpers
+from .cexpr import ExprPrinter, div_helpers, dot4_helper
 from .cexpr import isl_expr
 from .emit import CEmitter
 from .promote import Promotion
@@ -250,6 +250,7 @@ class GpuEmitter(CEmitter):
             "double" in "".join(str(k) for k in self.kernels)
         kernels = "\n\n".join(str(k) for k in self.kernels) + "\n"
         helpers = div_helpers(kernels, q=self.dialect.function_prefix, zero="b == 0",
-                              fail="*err = site")  # err is the thread's own
+                              fail="*err = site") + \
+            dot4_helper(kernels, q=self.dialect.function_prefix)  # err is the thread's own
         return self.dialect.prelude(doubles) + helpers + "\n" + kernels
 

@@ -61,7 +61,20 @@ def masked_moves(ctype: str, lanes: int, itemsize: int) -> str:
     v, _ = vector_type(ctype, lanes)
     n = lanes * itemsize
     sfx = "ps" if itemsize == 4 else "pd"
-    if n == 64 and itemsize in (4, 8):
+    if n == 64 and itemsize == 4 and ctype == "int32_t":  # (quantised products' sums)
+        guard = "__AVX512F__"
+        load = "return __builtin_ia32_loaddqusi512_mask(p, ({v}){{}}, " \
+               "(unsigned short)((1u << n) - 1));".format(v=v)
+        store = "__builtin_ia32_storedqusi512_mask(p, v, (unsigned short)((1u << n) - 1));"
+    elif n == 32 and itemsize == 4 and ctype == "int32_t":
+        guard = "__AVX2__"
+        mask = (f"typedef int pt_m __attribute__((vector_size(32))); pt_m pt_i = {{"
+                f"{', '.join(map(str, range(lanes)))}}}; pt_m m = pt_i < n;")
+        load = f"{mask} return __builtin_ia32_maskloadd256((const {v} *)p, m);"
+        store = f"{mask} __builtin_ia32_maskstored256(({v} *)p, m, v);"
+    elif ctype not in ("float", "double"):
+        guard = load = store = None
+    elif n == 64 and itemsize in (4, 8):
         mask = f"({'unsigned short' if lanes == 16 else 'unsigned char'})((1u << n) - 1)"
         guard = "__AVX512F__"
         load = f"return __builtin_ia32_loadu{sfx}512_mask(p, ({v}){{}}, {mask});"
@@ -119,6 +132,15 @@ def _vectorisable(e) -> bool:
     return False
 
 
+def _dot4(e):
+    """The operands of ``e`` when it is ``dot4(x, y)`` of reads and constants, else None:
+    a quantised product, one ``vpdpbusd`` per vector (``cexpr.dot4_helpers``)."""
+    if isinstance(e, P.Apply) and e.func == "dot4" and \
+            all(isinstance(a, (P.Read, P.Const)) for a in e.args):
+        return e.args
+    return None
+
+
 def _factors(e) -> list:
     """The factors of a product tree (``e`` itself when it is no product)."""
     if isinstance(e, P.Bin) and e.op == "*":
@@ -174,8 +196,10 @@ def micro_kernel(em, loops, items):
     for inner, user, at, _ in items:
         sst, printer = em.instance(user, at)
         st = sst.stmt
-        if sst.kind != "body" or st.op != "+" or not st.rhs.dtype.is_float or \
-                not _vectorisable(st.rhs) or any(r.tensor == st.tensor for r in P.reads(st.rhs)):
+        if sst.kind != "body" or st.op != "+" or any(r.tensor == st.tensor
+                                                     for r in P.reads(st.rhs)):
+            return None
+        if _dot4(st.rhs) is None and not (st.rhs.dtype.is_float and _vectorisable(st.rhs)):
             return None
         rows.append((inner, sst, printer))
     itemsize = rows[0][1].stmt.rhs.dtype.np_dtype.itemsize
@@ -271,9 +295,14 @@ def micro_kernel(em, loops, items):
             scaled = _scale(sst, jvars[0])
             scale = None if scaled is None else p.expr(scaled[0])
             p.hoisted, p.hoisted_decls, p.hoisted_vector = hoisted, loads, vt
-            update = p.expr(sst.stmt.rhs if scaled is None else scaled[1])
+            dot = _dot4(sst.stmt.rhs)
+            if dot is not None:  # (each operand a vector, or broadcast to one)
+                x, y = (f"({vt}){{}} + {p.expr(a)}" for a in dot)
+                body.append(c.Statement(f"{acc} = pt_vdot4_{vt[3:]}({acc}, {x}, {y})"))
+            else:
+                update = p.expr(sst.stmt.rhs if scaled is None else scaled[1])
+                body.append(c.Statement(f"{acc} += {update}"))
             p.hoisted = None
-            body.append(c.Statement(f"{acc} += {update}"))
             if unit:
                 load = f"{mload}(&{target}, {part})" if part else \
                     f"*(const {ut} *)&{target}"

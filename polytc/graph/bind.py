@@ -109,13 +109,13 @@ def bind(g: Graph, shapes: dict) -> Bound:
                 consts[o] = v
                 refs[o] = ops.Ref(names(o), v.shape, v.dtype, v)
             elif k in low.views:
-                src, shape = low.views[k]
+                src, shape, dtype = low.views[k]
                 source = next(i for i, r in zip(n.inputs, ins) if r is src)
                 if src.value is not None:
-                    consts[o] = src.value.reshape(shape)
-                    refs[o] = ops.Ref(names(o), shape, src.dtype, consts[o])
+                    consts[o] = np.ascontiguousarray(src.value).view(dtype).reshape(shape)
+                    refs[o] = ops.Ref(names(o), shape, dtype, consts[o])
                 else:
-                    refs[o] = ops.Ref(names(o), shape, src.dtype)
+                    refs[o] = ops.Ref(names(o), shape, dtype)
                     views[o] = (source, shape)
             elif k in low.outputs:
                 r = low.outputs[k]

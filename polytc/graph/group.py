@@ -79,6 +79,13 @@ class View:
     shape: tuple
     node: object = None
     position: int = 0
+    dtype: object = None  # the type its bytes are read as, when not the source's
+
+    def of(self, a):
+        """The view of ``a`` (the source's array: numpy or a device's)."""
+        if self.dtype is not None and a.dtype != self.dtype:
+            a = a.view(self.dtype)
+        return a.reshape(self.shape)
 
 
 @dataclass
@@ -111,7 +118,9 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
             for o in outs:
                 if o in bound.views:
                     src, shape = bound.views[o]
-                    steps.append(View(src, o, shape, n, len(steps)))
+                    dtype = bound.refs[o].dtype
+                    steps.append(View(src, o, shape, n, len(steps),
+                                      dtype if dtype != bound.refs[src].dtype else None))
                     where[o] = steps[-1]
             continue
         low = bound.lowered[n.name]

@@ -287,7 +287,7 @@ class Plan:
         env.update(feeds)
         for s in self.steps:
             if isinstance(s, View):
-                env[s.value] = env[s.source].reshape(s.shape)
+                env[s.value] = s.of(env[s.source])
                 continue
             if isinstance(s, Join):  # its sources were written into it
                 env[s.value] = self.placed[s.value]
@@ -327,7 +327,7 @@ class Plan:
                 # a device buffer of no elements is one element long (accel's empty and
                 # upload): its shape cannot change, and no kernel reads it
                 empty = refs[s.value].size == 0 and not isinstance(src, np.ndarray)
-                env[s.value] = src if empty else src.reshape(s.shape)
+                env[s.value] = src if empty else s.of(src)
             else:
                 ck = self.kernels[s.name]
                 t0 = time.perf_counter()

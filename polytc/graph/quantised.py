@@ -22,9 +22,13 @@ elementwise lowerings (ops/quant.py).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 
+from .. import config
+from ..machine import host
 from .ir import Graph, Node, TensorType
 
 I32, F32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
@@ -172,8 +176,52 @@ class _Rewrite:
 
 
 def _matmul_integer(r: _Rewrite) -> None:
-    r.integer_product("MatMul", (r.input(0), r.input(2), 1), (r.input(1), r.input(3), 0),
-                      axis=-2)
+    if not _in_words(r):
+        r.integer_product("MatMul", (r.input(0), r.input(2), 1), (r.input(1), r.input(3), 0),
+                          axis=-2)
+
+
+def words_enabled() -> bool:
+    """Whether integer products run as ``dot4`` of words (``config.int8_dot``)."""
+    return config.int8_dot(host().int8_dot)
+
+
+def _in_words(r: _Rewrite) -> bool:
+    """``MatMulInteger(A, B, a0, b0)`` as ``MatMulWords(QuantWords(A), Bw) - a0 *
+    colsum(B - b0)`` where the CPU has an int8 dot-product instruction (``Machine.
+    int8_dot``): ``A`` uint8 of rows of a multiple of 4, ``a0`` one value, ``B`` a
+    constant matrix whose centred values ``B - b0`` are int8, packed four rows to a
+    word (``Bw(k, j)`` holds ``B(4k..4k+3, j)``).  False (nothing done) otherwise."""
+    a, b, za, zb = (r.input(k) for k in range(4))
+    at = r.g.type_of(a)
+    bv, zbv = r.value(b), r.value(zb) if zb else np.zeros((), np.int32)
+    zat = r.g.type_of(za) if za else None
+    if not words_enabled() or at is None or at.dtype != np.uint8 or at.shape is None or \
+            at.rank < 2 or not isinstance(at.shape[-1], int) or at.shape[-1] % 4 or \
+            bv is None or bv.ndim != 2 or bv.dtype.itemsize != 1 or zbv is None or \
+            zbv.size not in (1, bv.shape[1]) or (za and not (zat is not None and
+                                                            zat.static and
+                                                            math.prod(zat.shape) == 1)):
+        return False
+    centred = bv.astype(np.int32) - zbv.reshape(-1).astype(np.int32)
+    if centred.min(initial=0) < -128 or centred.max(initial=0) > 127 or \
+            centred.shape[0] != at.shape[-1]:
+        return False
+    k, n = centred.shape
+    words = np.ascontiguousarray(centred.astype(np.int8).reshape(k // 4, 4, n)
+                                 .transpose(0, 2, 1)).view(np.int32).reshape(k // 4, n)
+    aw = r.op("QuantWords", [a], np.int32)
+    out = r.node.outputs[0]
+    if not za:
+        r.op("MatMulWords", [aw, r.const(words)], np.int32, out=out)
+        return True
+    prod = r.op("MatMulWords", [aw, r.const(words)], np.int32)
+    colsum = r.const(centred.sum(axis=0, dtype=np.int32))
+    zav = r.value(za)
+    corr = r.const(zav.astype(np.int32).reshape(()) * r.consts[colsum]) if zav is not None \
+        else r.op("Mul", [r.op("Cast", [za], np.int32, to=I32), colsum], np.int32)
+    r.op("Sub", [prod, corr], np.int32, out=out)
+    return True
 
 
 def _conv_integer(r: _Rewrite) -> None:

@@ -32,6 +32,7 @@ _BINARY = ("atan2 copysign fdim fdivide fmax fmin fmod hypot nextafter pow remai
 BUILTINS: dict = {
     **{f: 1 for f in _UNARY.split()}, **{f: 2 for f in _BINARY.split()},
     "fma": 3, "norm3d": 3, "rnorm3d": 3, "norm4d": 4, "rnorm4d": 4,
+    "dot4": 2,  # polytc's: the int8 dot product of two 32-bit words (sema.py)
 }
 
 BINARY_PREC = {

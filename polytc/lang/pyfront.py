@@ -50,7 +50,7 @@ _FALLBACK_BUILTINS = {
         "sinh sinpi sqrt tan tanh tgamma trunc y0 y1").split()},
     **{f: 2 for f in ("atan2 copysign fdim fdivide fmax fmin fmod hypot nextafter pow "
                       "remainder rhypot scalbln scalbn min max").split()},
-    "fma": 3, "norm3d": 3, "rnorm3d": 3, "norm4d": 4, "rnorm4d": 4,
+    "fma": 3, "norm3d": 3, "rnorm3d": 3, "norm4d": 4, "rnorm4d": 4, "dot4": 2,
 }
 
 

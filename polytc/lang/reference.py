@@ -325,11 +325,25 @@ _MATH = {
     "remainder": (math.remainder, lambda x, y: math.nan),
 }
 FUNCTIONS = frozenset(_UNARY) | frozenset(_BINARY) | frozenset(_MATH) | \
-    {"fma", "min", "max", "abs"}
+    {"fma", "min", "max", "abs", "dot4"}
+
+
+def _dot4(a, b):
+    """``dot4``: the four unsigned bytes of ``a`` times the four signed bytes of ``b``,
+    summed, in int32 (wrapping)."""
+    a = np.asarray(a).astype(np.int64) & 0xFFFFFFFF
+    b = np.asarray(b).astype(np.int64) & 0xFFFFFFFF
+    total = np.zeros(np.broadcast(a, b).shape, np.int64)
+    for s in (0, 8, 16, 24):
+        x, y = (a >> s) & 0xFF, (b >> s) & 0xFF
+        total = total + x * np.where(y > 127, y - 256, y)
+    return ((total + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
 
 
 def _apply(func, args, st, span):
     dt = st.np_dtype
+    if func == "dot4":
+        return _dot4(*args)
     if func in ("min", "max"):
         a, b = (convert(x, st) for x in args)
         return np.asarray(np.where(a < b, a, b) if func == "min" else np.where(a > b, a, b))

@@ -198,6 +198,17 @@ class StatementChecker:
             t = INT32 if t == BOOL else t
             return _Typed(P.Apply(e.func, tuple(convert(a.e, t) for a in args), t, e.span),
                           all(a.weak for a in args))
+        if e.func == "dot4":
+            # the four unsigned bytes of the first word times the four signed bytes of
+            # the second, summed in int32 (x86's vpdpbusd: quantised products)
+            for a in args:
+                if a.dtype.is_float or a.dtype.np_dtype.itemsize != 4:
+                    raise TCTypeError(
+                        f"'dot4' takes 32-bit integer words but got {a.dtype.name}",
+                        a.e.span or e.span,
+                        hint="pack four 8-bit values in an int32 or uint32 word")
+            return _Typed(P.Apply(e.func, tuple(convert(a.e, INT32) for a in args), INT32,
+                                  e.span))
         t = FLOAT32
         for a in args:
             t = match_types(t, a.dtype) if not a.weak else t

@@ -193,11 +193,15 @@ class Ctx:
         self.result.temps.append(ref)
         return ref
 
-    def view(self, k: int, src: Ref, shape):
+    def view(self, k: int, src: Ref, shape, dtype=None):
+        """Output ``k`` is ``src``'s memory with ``shape`` (and, given ``dtype``, its
+        bytes read as that type: four int8 values as one int32 word)."""
         shape = tuple(int(d) for d in shape)
-        if int(np.prod(shape, dtype=np.int64)) != src.size:
+        dtype = np.dtype(dtype or src.dtype)
+        if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != \
+                src.size * src.dtype.itemsize:
             self.fail(f"cannot view {list(src.shape)} as {list(shape)}")
-        self.result.views[k] = (src, shape)
+        self.result.views[k] = (src, shape, dtype)
 
     def const(self, k: int, value):
         self.result.consts[k] = np.asarray(value)
