@@ -114,6 +114,55 @@ def test_conv_integer(attrs):
           **attrs)
 
 
+@pytest.mark.parametrize("words", ["0", "1"])
+@pytest.mark.parametrize("c,kernel,attrs", [
+    (4, (3, 3), {}),
+    (3, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # a partial word of channels
+    (5, (2, 3), {"pads": [2, 1, 0, 1], "dilations": [2, 1]}),
+    (8, (1, 1), {"strides": [1, 2]}),
+    (16, (3, 3), {"auto_pad": "SAME_UPPER"}),
+])
+def test_conv_integer_on_int8_words(monkeypatch, words, c, kernel, attrs):
+    """ConvInteger with uint8 weights centred on 128 (per tensor or per channel) and the
+    input's zero point fed at run time: on int8 words (four channels to a word, the
+    padding the zero point in every byte) onnxruntime's int32 sums exactly."""
+    monkeypatch.setenv("POLYTC_INT8_DOT", words)
+    x, w = _ints((2, c, 7, 6), U8), _ints((6, c, *kernel), U8, seed=1)
+    wz = np.array(128, U8) if c % 2 else np.full(6, 128, U8)
+    # (onnxruntime's ConvInteger takes one weight zero point: onnx's reference, per
+    # channel)
+    check("ConvInteger", [x, w, np.array(131, U8), wz], consts=(1, 3), ort=wz.size == 1,
+          **attrs)
+    g = _compiled_graph("ConvInteger", [x, w, np.array(131, U8), wz], (1, 3), **attrs)
+    assert ("ConvWords" in {n.op for n in g.nodes}) == (words == "1")
+
+
+def _compiled_graph(op, inputs, consts, **attrs):
+    """The graph polytc compiles for one ``op`` node (inputs as ``check`` takes them)."""
+    names = [f"x{k}" for k in range(len(inputs))]
+    feeds = {n: v for k, (n, v) in enumerate(zip(names, inputs)) if k not in consts}
+    inits = {n: v for k, (n, v) in enumerate(zip(names, inputs)) if k in consts}
+    m = _model([helper.make_node(op, names, ["y0"], **attrs)], feeds, ["y0"], inits, 17)
+    return polytc.onnx.compile(m).graph
+
+
+def test_quantise_dequantise_pair_runs_in_float():
+    """A QDQ model's round trip of an activation, DequantizeLinear(QuantizeLinear(x)),
+    runs as polytc's QuantizeLinear to a float (no 8-bit value in between): exactly
+    onnxruntime's values."""
+    s, z = np.float32(0.037), np.array(120, U8)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    x = _floats(4, 33)
+    m = _model(nodes, {"x": x}, ["y"], {"s": s, "z": z}, opset=17)
+    run_model(m, feeds={"x": x}, rtol=0, atol=0)
+    g = polytc.onnx.compile(m).graph
+    assert "DequantizeLinear" not in {n.op for n in g.nodes}
+    assert [n.attr("output_dtype") for n in g.nodes if n.op == "QuantizeLinear"] == \
+        [onnx.TensorProto.FLOAT]
+
+
 def test_qlinear_matmul():
     a, b = _ints((3, 8), U8), _ints((8, 5), I8, seed=1)
     check("QLinearMatMul", [a, np.float32(0.02), np.array(128, U8), b,
@@ -221,18 +270,22 @@ def _quantised(model, tmp_path, static=None):
     return onnx.load(dst)
 
 
+@pytest.mark.parametrize("words", ["0", "1"])
 @pytest.mark.parametrize("name,static", [
     ("mlp", None), ("small_cnn", None), ("transformer", None), ("small_cnn", "qdq"),
+    ("mlp", "qdq"), ("transformer", "qdq"),
     ("small_cnn", "qoperator"), ("mlp", "qoperator"), ("mlp_gemm", "qoperator")])
-def test_quantised_models(name, static, tmp_path):
+def test_quantised_models(name, static, words, tmp_path, monkeypatch):
     """Models quantised by onnxruntime.quantization (dynamic: DynamicQuantizeLinear,
     MatMulInteger, ConvInteger; static: QuantizeLinear/DequantizeLinear pairs, or the
     QOperator format's QLinearConv, QLinearMatMul and com.microsoft QGemm, QLinearAdd,
     QLinearAveragePool, QLinearGlobalAveragePool, QLinearSoftmax) give
     onnxruntime's int8 results (up to a float rounding that moves a quantised activation
-    by one step: far below the quantisation error itself)."""
+    by one step: far below the quantisation error itself), with the products on int8
+    words or in float."""
     from polytc.graph import examples as ex
 
+    monkeypatch.setenv("POLYTC_INT8_DOT", words)
     model = {"mlp": lambda: ex.mlp(4), "small_cnn": lambda: ex.small_cnn(2),
              "mlp_gemm": lambda: ex.mlp_gemm(4, (64, 32, 10)),
              "transformer": lambda: ex.transformer_layer(1, 16, 32, 2, 64)}[name]()
@@ -242,10 +295,13 @@ def test_quantised_models(name, static, tmp_path):
     feeds = ex.example_inputs(q, seed=0)
     want = reference(q, feeds)[0]
     exact = reference(model, feeds)[0]
-    got = polytc.onnx.compile(q).run(None, feeds)[0]
+    session = polytc.onnx.compile(q)
+    got = session.run(None, feeds)[0]
     assert got.shape == want.shape and got.dtype == want.dtype
     error = np.abs(want - exact).mean()  # what quantising costs
     assert np.abs(got - want).mean() <= 0.05 * error + 1e-6
+    on_words = {n.op for n in session.graph.nodes} & {"MatMulWords", "ConvWords"}
+    assert bool(on_words) == (words == "1")
 
 
 def _dynamic_matmul(k=16):

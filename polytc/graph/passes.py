@@ -63,7 +63,8 @@ def _gather(node: Node, values: list):
 #: import and a ReferenceEvaluator per node took 70 ms of BERT-2L's cold compile, for
 #: 13 Constant nodes, a Range and a Gather); None: the reference decides
 _FOLDERS = {"Constant": _constant, "Range": _range, "Gather": _gather,
-            "DequantizeLinear": quantised.fold_dequantize}
+            "DequantizeLinear": quantised.fold_dequantize,
+            "QuantizeLinear": quantised.fold_quantize}
 
 
 def evaluate(node: Node, values: list, opset: int) -> list:

@@ -37,14 +37,19 @@ I32, F32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
 class _Rewrite:
     """The nodes and constants that replace one node (names prefixed by its output's)."""
 
-    def __init__(self, g: Graph, node: Node, producers: dict):
+    def __init__(self, g: Graph, node: Node, producers: dict, made: dict | None = None):
         self.g, self.node, self.producers = g, node, producers
+        self.made = made or {}  # the types of values earlier rewrites made
         self.prefix = f"{node.outputs[0] or node.name}__q"
         self.nodes: list = []
         self.consts: dict = {}
         self.types: dict = {}
         self.exact: dict = {}  # an int32 output -> the float value it converts exactly
         self.k = 0
+
+    def type_of(self, v: str) -> TensorType | None:
+        t = self.made.get(v)
+        return t if t is not None else self.g.type_of(v)
 
     def input(self, k: int) -> str:
         n = self.node.inputs
@@ -96,7 +101,7 @@ class _Rewrite:
         else:
             x32 = self.op("Cast", [x], dtype, to=to)
         if zero and zv is None:
-            zt = self.g.type_of(zero)
+            zt = self.type_of(zero)
             z32 = self.op("Cast", [zero], dtype, to=to)
             if zt is not None and zt.rank == 1 and column:
                 z32 = self.op("Unsqueeze", [z32, self.const(np.arange(1, column + 1))],
@@ -112,7 +117,7 @@ class _Rewrite:
         float32: every partial sum is an integer below 2^24 when the largest
         ``|a - a0|`` times the largest sum of ``|b - b0|`` over the reduced ``axis`` is
         (the products are below 2^15)."""
-        at = self.g.type_of(a[0])
+        at = self.type_of(a[0])
         bv = self.value(b[0])
         if at is None or at.dtype.kind not in "iu" or at.dtype.itemsize != 1 or \
                 bv is None or (b[1] and self.value(b[1]) is None):
@@ -130,9 +135,11 @@ class _Rewrite:
         return sums.size == 0 or int(sums.max()) * amax < 1 << 24
 
     def multiplier(self, sa: str, sb: str, sy: str, column: int) -> str:
-        """``sa * sb / sy`` in float32, a 1-D ``sb`` (per output channel) read along
-        ``column`` trailing unit dimensions; ``sa`` may be per row (QLinearMatMul)."""
-        va, vb, vy = self.value(sa), self.value(sb), self.value(sy)
+        """``sa * sb / sy`` in float32 (``sa * sb`` without ``sy``), a 1-D ``sb`` (per
+        output channel) read along ``column`` trailing unit dimensions; ``sa`` may be per
+        row (QLinearMatMul)."""
+        va, vb = self.value(sa), self.value(sb)
+        vy = self.value(sy) if sy else np.float32(1)
         if va is not None and vb is not None and vy is not None:
             va = va.reshape(-1, 1) if va.ndim == 1 and va.size > 1 else va
             vb = vb.reshape((-1,) + (1,) * column) if vb.ndim == 1 and vb.size > 1 else vb
@@ -140,12 +147,13 @@ class _Rewrite:
                               vy.astype(np.float32))
         if column and vb is not None and vb.ndim == 1 and vb.size > 1:
             sb = self.const(vb.reshape((-1,) + (1,) * column))
-        return self.op("Div", [self.op("Mul", [sa, sb], np.float32), sy], np.float32)
+        product = self.op("Mul", [sa, sb], np.float32)
+        return self.op("Div", [product, sy], np.float32) if sy else product
 
     def requantised(self, acc: str, mult: str, zero: str) -> None:
         """The node's output: ``QuantizeLinear(float(acc) * mult, 1, zero)``."""
         f = self.op("Mul", [self.op("Cast", [acc], np.float32, to=F32), mult], np.float32)
-        zt = self.g.type_of(zero) if zero else None
+        zt = self.type_of(zero) if zero else None
         self.op("QuantizeLinear", [f, self.const(np.float32(1.0)), zero],
                 zt.dtype if zt is not None else np.uint8, out=self.node.outputs[0])
 
@@ -175,10 +183,209 @@ class _Rewrite:
         self.exact[out] = f
 
 
+    def unsigned(self, a: str, za: str):
+        """``(a, za)`` as uint8 values: ``a`` itself when it is uint8; an int8 ``a`` that
+        a QuantizeLinear makes with the constant zero point ``za`` is made again with
+        ``za + 128`` as a uint8 zero point (the same values plus 128: the clip ranges
+        shift alike; ``quantize_static``'s default int8 activations).  None otherwise."""
+        t = self.type_of(a)
+        if t is not None and t.dtype == np.uint8:
+            return a, za
+        q, zv = self.producers.get(a), self.value(za) if za else None
+        if t is None or t.dtype != np.int8 or zv is None or zv.size != 1 or q is None or \
+                q.op != "QuantizeLinear" or q.domain or len(q.inputs) < 3 or \
+                not _same(self, q.inputs[2], za) or q.attr("block_size", 0):
+            return None
+        z8 = self.const((zv.astype(np.int32) + 128).astype(np.uint8))
+        attrs = {k: v for k, v in q.attrs if k != "output_dtype"}
+        return self.op("QuantizeLinear", [q.inputs[0], q.inputs[1], z8], np.uint8,
+                       **attrs), z8
+
+    def words(self, a: str, za: str, b: str, zb: str, out: str | None = None):
+        """The int32 product ``(A - a0)(B - b0)`` as ``MatMulWords(QuantWords(A), Bw) -
+        a0 * colsum(B - b0)`` where the CPU has an int8 dot-product instruction
+        (``Machine.int8_dot``): ``A`` uint8 (``unsigned``) of rows of a multiple of 4,
+        ``a0`` one value, ``B`` a constant matrix whose centred values are int8, packed four rows
+        to a word (``Bw(k, j)`` holds ``B(4k..4k+3, j)``).  Its name (``out`` when
+        given), or None (nothing done) otherwise."""
+        at, zat = self.type_of(a), self.type_of(za) if za else None
+        bv, zbv = self.value(b), self.value(zb) if zb else np.zeros((), np.int32)
+        if not words_enabled() or at is None or at.dtype.itemsize != 1 or at.shape is None \
+                or at.rank < 2 or not isinstance(at.shape[-1], int) or at.shape[-1] % 4 or \
+                bv is None or bv.ndim != 2 or bv.dtype.itemsize != 1 or zbv is None or \
+                zbv.size not in (1, bv.shape[1]) or \
+                (za and not (zat is not None and zat.static and math.prod(zat.shape) == 1)):
+            return None
+        centred = bv.astype(np.int32) - zbv.reshape(-1).astype(np.int32)
+        if centred.min(initial=0) < -128 or centred.max(initial=0) > 127 or \
+                centred.shape[0] != at.shape[-1]:
+            return None
+        made = self.unsigned(a, za)
+        if made is None:
+            return None
+        a, za = made
+        k, n = centred.shape
+        words = np.ascontiguousarray(centred.astype(np.int8).reshape(k // 4, 4, n)
+                                     .transpose(0, 2, 1)).view(np.int32).reshape(k // 4, n)
+        aw = self.op("QuantWords", [a], np.int32)
+        if not za:
+            return self.op("MatMulWords", [aw, self.const(words)], np.int32, out=out)
+        prod = self.op("MatMulWords", [aw, self.const(words)], np.int32)
+        colsum = centred.sum(axis=0, dtype=np.int32)
+        zav = self.value(za)
+        corr = self.const(zav.astype(np.int32).reshape(()) * colsum) if zav is not None \
+            else self.op("Mul", [self.op("Cast", [za], np.int32, to=I32),
+                                 self.const(colsum)], np.int32)
+        return self.op("Sub", [prod, corr], np.int32, out=out)
+
+
+    def conv_words(self, x: str, zx: str, w: str, zw: str, attrs: tuple,
+                   out: str | None = None):
+        """The int32 convolution of ``x - x0`` by ``w - w0`` as ``ConvWords(x, Ww, x0) -
+        x0 * sums(w - w0)`` (``ops/nn.py``: four input channels to a word) where the CPU
+        has an int8 dot-product instruction: ``x`` uint8 (``unsigned``) with one zero
+        point, ``w`` a constant whose centred values are int8 (``w0`` per tensor or per
+        output channel), no groups.  Its name (``out`` when given), or None (nothing
+        done)."""
+        xt, zt = self.type_of(x), self.type_of(zx) if zx else None
+        wv, zwv = self.value(w), self.value(zw) if zw else np.zeros((), np.int32)
+        if not words_enabled() or xt is None or xt.dtype.itemsize != 1 or wv is None or \
+                wv.ndim < 3 or wv.dtype.itemsize != 1 or (xt.shape is not None and (
+                    xt.rank != wv.ndim or xt.shape[1] != wv.shape[1])) or \
+                zwv is None or zwv.size not in (1, wv.shape[0]) or \
+                dict(attrs).get("group", 1) != 1 or \
+                (zx and not (zt is not None and zt.static and math.prod(zt.shape) == 1)):
+            return None
+        lead = (-1,) + (1,) * (wv.ndim - 1)
+        centred = wv.astype(np.int32) - zwv.reshape(lead if zwv.size > 1 else ()).astype(
+            np.int32)
+        made = self.unsigned(x, zx) if centred.min(initial=0) >= -128 and \
+            centred.max(initial=0) <= 127 else None
+        if made is None:
+            return None
+        x, zx = made
+        m, c = centred.shape[:2]
+        c4 = -(-c // 4)
+        padded = np.zeros((m, 4 * c4) + centred.shape[2:], np.int8)
+        padded[:, :c] = centred
+        words = np.ascontiguousarray(np.moveaxis(padded.reshape(
+            (m, c4, 4) + centred.shape[2:]), 2, -1)).view(np.int32).reshape(
+            (m, c4) + centred.shape[2:])
+        ins = [x, self.const(words)] + ([zx] if zx else [])
+        if not zx:
+            return self.op("ConvWords", ins, np.int32, out=out, **dict(attrs))
+        acc = self.op("ConvWords", ins, np.int32, **dict(attrs))
+        sums = centred.reshape(m, -1).sum(axis=1, dtype=np.int32).reshape(lead[:-1])
+        zxv = self.value(zx)
+        corr = self.const(zxv.astype(np.int32).reshape(()) * sums) if zxv is not None \
+            else self.op("Mul", [self.op("Cast", [zx], np.int32, to=I32),
+                                 self.const(sums)], np.int32)
+        return self.op("Sub", [acc, corr], np.int32, out=out)
+
+
 def _matmul_integer(r: _Rewrite) -> None:
-    if not _in_words(r):
-        r.integer_product("MatMul", (r.input(0), r.input(2), 1), (r.input(1), r.input(3), 0),
-                          axis=-2)
+    a, b, za, zb = (r.input(k) for k in range(4))
+    if r.words(a, za, b, zb, out=r.node.outputs[0]) is None:
+        r.integer_product("MatMul", (a, za, 1), (b, zb, 0), axis=-2)
+
+
+def _dequantised_matmul(r: _Rewrite) -> bool:
+    """A QDQ model's ``MatMul(DequantizeLinear(xq, sx, zx), DequantizeLinear(wq, sw,
+    zw))`` (``quantize_static``) with one scale ``sx`` and constant int8 weights ``wq``
+    (``sw`` per tensor or per column) as onnxruntime runs it: ``float(MatMulWords(..) -
+    zx * colsum) * (sx * sw)`` (``_Rewrite.words``); False (nothing done) otherwise."""
+    pair = _dequantised(r, axis=1)
+    if pair is None:
+        return False
+    (xq, sx, zx), (wq, sw, zw) = pair
+    acc = r.words(xq, zx, wq, zw)
+    if acc is None:
+        return False
+    f = r.op("Cast", [acc], np.float32, to=F32)
+    r.op("Mul", [f, r.multiplier(sx, sw, "", 0)], np.float32, out=r.node.outputs[0])
+    return True
+
+
+def _dequantised_conv(r: _Rewrite) -> bool:
+    """A QDQ model's ``Conv(DequantizeLinear(xq, sx, zx), DequantizeLinear(wq, sw, zw),
+    bias)`` as onnxruntime runs it: ``float(ConvWords(..) - zx * sums) * (sx * sw) +
+    bias`` (``_Rewrite.conv_words``; ``sw`` per tensor or per output channel); False
+    (nothing done) otherwise."""
+    pair = _dequantised(r, axis=0)
+    if pair is None:
+        return False
+    (xq, sx, zx), (wq, sw, zw) = pair
+    acc = r.conv_words(xq, zx, wq, zw, r.node.attrs)
+    if acc is None:
+        return False
+    wt = r.type_of(wq)
+    column = wt.rank - 2
+    mult = r.multiplier(sx, sw, "", column)
+    y = r.op("Mul", [r.op("Cast", [acc], np.float32, to=F32), mult], np.float32,
+             out=None if r.input(2) else r.node.outputs[0])
+    if r.input(2):
+        b = r.op("Unsqueeze", [r.input(2), r.const(np.arange(1, column + 1))], np.float32)
+        r.op("Add", [y, b], np.float32, out=r.node.outputs[0])
+    return True
+
+
+def _dequantised(r: _Rewrite, axis: int):
+    """``((xq, sx, zx), (wq, sw, zw))`` when the node's first two inputs are
+    ``DequantizeLinear`` outputs, ``sx`` one value and ``sw`` a constant, one value or
+    one per element of ``wq``'s ``axis``; else None."""
+    pa, pb = (r.producers.get(v) for v in r.node.inputs[:2])
+    if pa is None or pb is None or any(p.op != "DequantizeLinear" or p.domain or
+                                       p.attr("block_size", 0) for p in (pa, pb)):
+        return None
+    (xq, sx, zx), (wq, sw, zw) = ((p.inputs + ("", ""))[:3] for p in (pa, pb))
+    st, swv, wt = r.type_of(sx), r.value(sw), r.type_of(wq)
+    if st is None or not st.static or math.prod(st.shape) != 1 or swv is None or \
+            wt is None or wt.rank is None or wt.rank < 2 or (swv.size > 1 and (
+                swv.ndim != 1 or pb.attr("axis", 1) % wt.rank != axis)):
+        return None
+    return (xq, sx, zx), (wq, sw, zw)
+
+
+def _requantised(r: _Rewrite) -> bool:
+    """``DequantizeLinear(QuantizeLinear(x, s, z), s, z)`` (a QDQ model's round trip
+    of an activation, per tensor) in float: ``(QuantizeLinear(x, s, z) as a float in
+    ``z``'s range) - z) * s``, the same values (whole numbers, exact in float) without
+    the 8-bit value in between, whose conversions kept gcc from vectorising the loops
+    they were in (a QDQ ResNet-18's epilogues ran scalar).  The 8-bit value stays for
+    its other readers (a product on int8 words).  False (nothing done) otherwise, and
+    for a constant ``x`` (folded as it is)."""
+    q = r.producers.get(r.input(0))
+    if q is None or q.op != "QuantizeLinear" or q.domain or len(q.inputs) < 3 or \
+            not q.inputs[2] or len(r.node.inputs) < 3 or q.attr("output_dtype", 0) or \
+            any(n.attr("block_size", 0) for n in (q, r.node)):
+        return False
+    (s, z), (s2, z2) = q.inputs[1:3], r.node.inputs[1:3]
+    zt, xt = r.type_of(z), r.type_of(q.inputs[0])
+    if zt is None or zt.dtype.itemsize != 1 or xt is None or xt.dtype != np.float32 or \
+            r.value(q.inputs[0]) is not None or \
+            not (_same(r, s, s2) and _same(r, z, z2)) or not zt.static or \
+            math.prod(zt.shape) != 1 or not _one(r, s):
+        return False
+    f = r.op("QuantizeLinear", q.inputs[:3], np.float32, output_dtype=F32)
+    zv = r.value(z)
+    zf = r.const(zv.astype(np.float32).reshape(zt.shape)) if zv is not None else \
+        r.op("Cast", [z], np.float32, to=F32)
+    r.op("Mul", [r.op("Sub", [f, zf], np.float32), s], np.float32, out=r.node.outputs[0])
+    return True
+
+
+def _same(r: _Rewrite, a: str, b: str) -> bool:
+    """Whether the values ``a`` and ``b`` are one (a name, or equal constants)."""
+    if a == b:
+        return True
+    va, vb = r.value(a), r.value(b)
+    return va is not None and vb is not None and va.dtype == vb.dtype and \
+        va.shape == vb.shape and bool(np.array_equal(va, vb))
+
+
+def _one(r: _Rewrite, v: str) -> bool:
+    t = r.type_of(v)
+    return t is not None and t.static and math.prod(t.shape) == 1
 
 
 def words_enabled() -> bool:
@@ -186,46 +393,11 @@ def words_enabled() -> bool:
     return config.int8_dot(host().int8_dot)
 
 
-def _in_words(r: _Rewrite) -> bool:
-    """``MatMulInteger(A, B, a0, b0)`` as ``MatMulWords(QuantWords(A), Bw) - a0 *
-    colsum(B - b0)`` where the CPU has an int8 dot-product instruction (``Machine.
-    int8_dot``): ``A`` uint8 of rows of a multiple of 4, ``a0`` one value, ``B`` a
-    constant matrix whose centred values ``B - b0`` are int8, packed four rows to a
-    word (``Bw(k, j)`` holds ``B(4k..4k+3, j)``).  False (nothing done) otherwise."""
-    a, b, za, zb = (r.input(k) for k in range(4))
-    at = r.g.type_of(a)
-    bv, zbv = r.value(b), r.value(zb) if zb else np.zeros((), np.int32)
-    zat = r.g.type_of(za) if za else None
-    if not words_enabled() or at is None or at.dtype != np.uint8 or at.shape is None or \
-            at.rank < 2 or not isinstance(at.shape[-1], int) or at.shape[-1] % 4 or \
-            bv is None or bv.ndim != 2 or bv.dtype.itemsize != 1 or zbv is None or \
-            zbv.size not in (1, bv.shape[1]) or (za and not (zat is not None and
-                                                            zat.static and
-                                                            math.prod(zat.shape) == 1)):
-        return False
-    centred = bv.astype(np.int32) - zbv.reshape(-1).astype(np.int32)
-    if centred.min(initial=0) < -128 or centred.max(initial=0) > 127 or \
-            centred.shape[0] != at.shape[-1]:
-        return False
-    k, n = centred.shape
-    words = np.ascontiguousarray(centred.astype(np.int8).reshape(k // 4, 4, n)
-                                 .transpose(0, 2, 1)).view(np.int32).reshape(k // 4, n)
-    aw = r.op("QuantWords", [a], np.int32)
-    out = r.node.outputs[0]
-    if not za:
-        r.op("MatMulWords", [aw, r.const(words)], np.int32, out=out)
-        return True
-    prod = r.op("MatMulWords", [aw, r.const(words)], np.int32)
-    colsum = r.const(centred.sum(axis=0, dtype=np.int32))
-    zav = r.value(za)
-    corr = r.const(zav.astype(np.int32).reshape(()) * r.consts[colsum]) if zav is not None \
-        else r.op("Mul", [r.op("Cast", [za], np.int32, to=I32), colsum], np.int32)
-    r.op("Sub", [prod, corr], np.int32, out=out)
-    return True
-
-
 def _conv_integer(r: _Rewrite) -> None:
-    w = r.g.type_of(r.input(1))
+    if r.conv_words(r.input(0), r.input(2), r.input(1), r.input(3), r.node.attrs,
+                    out=r.node.outputs[0]) is not None:
+        return
+    w = r.type_of(r.input(1))
     nd = (w.rank - 1) if w is not None and w.rank else 3
     r.integer_product("Conv", (r.input(0), r.input(2), 0), (r.input(1), r.input(3), nd),
                       axis=tuple(range(1, nd + 1)), attrs=r.node.attrs)
@@ -233,15 +405,16 @@ def _conv_integer(r: _Rewrite) -> None:
 
 def _qlinear_matmul(r: _Rewrite) -> None:
     a, sa, za, b, sb, zb, sy, zy = (r.input(k) for k in range(8))
-    acc = r.product("MatMul", (a, za, 1), (b, zb, 0))
+    acc = r.words(a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
     r.requantised(acc, r.multiplier(sa, sb, sy, 0), zy)
 
 
 def _qlinear_conv(r: _Rewrite) -> None:
     x, sx, zx, w, sw, zw, sy, zy = (r.input(k) for k in range(8))
-    t = r.g.type_of(w)
+    t = r.type_of(w)
     nd = (t.rank - 1) if t is not None and t.rank else 3
-    acc = r.product("Conv", (x, zx, 0), (w, zw, nd), attrs=r.node.attrs)
+    acc = r.conv_words(x, zx, w, zw, r.node.attrs) or \
+        r.product("Conv", (x, zx, 0), (w, zw, nd), attrs=r.node.attrs)
     bias = r.input(8)
     if bias:
         bv = r.value(bias)
@@ -257,12 +430,12 @@ def _qgemm(r: _Rewrite) -> None:
     requantised when the output's scale is given, else float."""
     a, sa, za, b, sb, zb, bias, sy, zy = (r.input(k) for k in range(9))
     if r.node.attr("transA", 0):
-        a = r.op("Transpose", [a], r.g.type_of(a).dtype if r.g.type_of(a) else np.uint8)
+        a = r.op("Transpose", [a], r.type_of(a).dtype if r.type_of(a) else np.uint8)
     if r.node.attr("transB", 0):
         bv = r.value(b)
         b = r.const(bv.T) if bv is not None else \
-            r.op("Transpose", [b], r.g.type_of(b).dtype if r.g.type_of(b) else np.int8)
-    acc = r.product("MatMul", (a, za, 1), (b, zb, 0))
+            r.op("Transpose", [b], r.type_of(b).dtype if r.type_of(b) else np.int8)
+    acc = r.words(a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
     if bias:
         acc = r.op("Add", [acc, bias], np.int32)
     alpha = r.const(np.float32(r.node.attr("alpha", 1.0)))
@@ -298,11 +471,13 @@ def _qconcat(r: _Rewrite) -> None:
 
 
 def _quantise(r: _Rewrite, f: str, scale: str, zero: str) -> None:
-    zt = r.g.type_of(zero) if zero else None
+    zt = r.type_of(zero) if zero else None
     r.op("QuantizeLinear", [f, scale, zero], zt.dtype if zt is not None else np.uint8,
          out=r.node.outputs[0])
 
 
+#: float products of dequantised values (QDQ models) run as int8 words where they can
+_DEQUANTISED = {"MatMul": _dequantised_matmul, "Conv": _dequantised_conv}
 _REWRITES = {"MatMulInteger": _matmul_integer, "ConvInteger": _conv_integer,
              "QLinearMatMul": _qlinear_matmul, "QLinearConv": _qlinear_conv}
 #: onnxruntime's QOperator format (quantize_static): its contrib ops
@@ -320,6 +495,10 @@ _MS_REWRITES = {
 
 def _rewrite_of(n: Node):
     if n.domain in ("", "ai.onnx"):
+        if n.op in _DEQUANTISED and words_enabled():
+            return _DEQUANTISED[n.op]
+        if n.op == "DequantizeLinear":
+            return _requantised
         return _REWRITES.get(n.op)
     if n.domain == _MS and not n.attr("channels_last", 0):  # NHWC: refused as the op
         return _MS_REWRITES.get(n.op)
@@ -342,8 +521,10 @@ def decompose(g: Graph) -> Graph:
                 n = Node("Identity", n.name, (exact[n.inputs[0]],), n.outputs)
             nodes.append(n)
             continue
-        r = _Rewrite(g, n, producers)
-        fn(r)
+        r = _Rewrite(g, n, producers, types)
+        if fn(r) is False:  # (declined: the node as it is)
+            nodes.append(n)
+            continue
         nodes += r.nodes
         consts.update(r.consts)
         types.update(r.types)
@@ -372,3 +553,16 @@ def fold_dequantize(node: Node, values: list):
     if len(values) > 2 and values[2] is not None:
         d = d - _per_axis(node, values[2], x).astype(np.int32)
     return [d.astype(s.dtype) * _per_axis(node, s, x)]
+
+
+def fold_quantize(node: Node, values: list):
+    """polytc's QuantizeLinear to a float (``output_dtype`` FLOAT, a zero point given:
+    the value in the zero point's range, as ops/quant.py computes it) of constants;
+    None for ONNX's own (onnx's reference computes those)."""
+    if node.attr("output_dtype", 0) != F32 or len(values) < 3 or values[2] is None:
+        return None
+    x, s, z = values[:3]
+    info = np.iinfo(z.dtype)
+    q = np.rint(x.astype(np.float32) / _per_axis(node, s, x).astype(np.float32)) + \
+        _per_axis(node, z, x).astype(np.float32)
+    return [np.clip(q, info.min, info.max).astype(np.float32)]
