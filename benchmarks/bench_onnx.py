@@ -1,7 +1,7 @@
 """Whole ONNX models: ``polytc.onnx`` against onnxruntime on the CPU.
 
     python benchmarks/bench_onnx.py [--only name,name] [--repeats N] [--threads T] [--quick]
-                                    [--load] [--batch B] [--dynamic] [--int8] [--export]
+                                    [--load] [--batch B] [--dynamic] [--int8 [MODE]] [--export]
 
 One table: per model (from ``polytc.graph.examples``) the median milliseconds of one
 ``sess.run(None, feeds)`` of polytc and of onnxruntime, polytc's time over onnxruntime's,
@@ -34,10 +34,13 @@ built with make into a library, docs/export.md) called through ``polytc.aot.load
 polytc's worker, as a C caller runs it (no session, no checks but the shapes'), and its
 time over onnxruntime's.
 
-``--int8``: the models with int8 weights, quantised by onnxruntime's ``quantize_dynamic``
-(activations quantised at run time: DynamicQuantizeLinear, MatMulInteger, ConvInteger),
-both libraries running the quantised model; polytc's outputs within 1e-2 of
-onnxruntime's (``INT8_TOL``).
+``--int8 [dynamic|qdq|qoperator]``: the models with int8 weights, quantised by
+onnxruntime's ``quantize_dynamic`` (``dynamic``, the default: activations quantised at run
+time: DynamicQuantizeLinear, MatMulInteger, ConvInteger) or ``quantize_static`` with its
+defaults (int8 activations and weights, calibrated on four example inputs) in the QDQ
+format (QuantizeLinear/DequantizeLinear around float ops) or the QOperator format
+(QLinearConv, QLinearMatMul, com.microsoft QLinearAdd ...), both libraries running the
+quantised model; polytc's outputs within 1e-2 of onnxruntime's (``INT8_TOL``).
 """
 from __future__ import annotations
 
@@ -66,6 +69,15 @@ RTOL = 1e-3
 #: spreads through the layers after it: ResNet-18 0.005 on average from onnxruntime's
 #: int8 results, where quantising moves them by 0.026 from the float model's
 INT8_TOL = 1e-2
+#: --int8 qdq/qoperator: a statically quantised model requantises every activation (BERT-2L:
+#: 90 times), so a step moved early moves more elements, by a few steps, at the end (QDQ:
+#: its first product has one element of 32768 one step apart, polytc's exact int32 sums
+#: against onnxruntime's float product of the dequantised values, and the output is off
+#: by 0.08 where it reaches 5.2, 7e-4 on average; QOperator: a LayerNormalization
+#: rounded differently moves 6 of 32768 by a step, the output 0.11 at most, 8e-3 on
+#: average): those pass when the mean error is within INT8_TOL / 5 of the output's
+#: magnitude and none is off by more than STATIC_SPREAD * INT8_TOL of it
+STATIC_SPREAD = 5
 WARM_UP_S = 0.5  # each library runs the model this long before its samples
 FAMILIES = ("polytc", "ort")
 
@@ -137,35 +149,64 @@ DEFAULT = ["mlp", "mlp_b1", "resnet18", "transformer_layer", "bert_encoder", "sm
 INT8 = ["mlp", "mlp_b1", "resnet18", "transformer_layer", "bert_encoder", "small_cnn"]
 
 
-def quantised(table: dict) -> dict:
-    """``table``'s models with int8 weights, as ``onnxruntime.quantization.
-    quantize_dynamic`` writes them (DynamicQuantizeLinear, MatMulInteger, ConvInteger)."""
+#: --int8's modes: how onnxruntime.quantization writes the model
+INT8_MODES = {"dynamic": "quantize_dynamic", "qdq": "quantize_static, QDQ",
+              "qoperator": "quantize_static, QOperator"}
+
+
+def quantised(table: dict, mode: str = "dynamic") -> dict:
+    """``table``'s models with int8 weights, as ``onnxruntime.quantization`` writes them
+    (``INT8_MODES``): ``quantize_dynamic`` (DynamicQuantizeLinear, MatMulInteger,
+    ConvInteger) or ``quantize_static`` with its defaults, calibrated on four example
+    inputs, in the QDQ or the QOperator format."""
     def build(make):
         import onnx
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                              quantize_dynamic, quantize_static)
 
+        from polytc.graph import examples as ex
+
+        model = make()
         with tempfile.TemporaryDirectory() as d:
             src, dst = os.path.join(d, "f32.onnx"), os.path.join(d, "int8.onnx")
-            onnx.save(make(), src)
-            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+            onnx.save(model, src)
+            if mode == "dynamic":
+                quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+                return onnx.load(dst)
+
+            class Reader(CalibrationDataReader):
+                def __init__(self):
+                    self.left = [ex.example_inputs(model, seed=s) for s in range(4)]
+
+                def get_next(self):
+                    return self.left.pop() if self.left else None
+
+            quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ if mode == "qdq"
+                            else QuantFormat.QOperator)
             return onnx.load(dst)
 
-    return {n: (lambda make=make: build(make), f"{sizes}, int8 weights (quantize_dynamic)")
+    return {n: (lambda make=make: build(make), f"{sizes}, int8 ({INT8_MODES[mode]})")
             for n, (make, sizes) in table.items()}
 
 
-def check(outs, refs, tol: float = RTOL) -> str | None:
-    """None when polytc's outputs match onnxruntime's, else why not."""
+def check(outs, refs, tol: float = RTOL, spread: float = 0) -> str | None:
+    """None when polytc's outputs match onnxruntime's, else why not (``spread``: see
+    ``STATIC_SPREAD``)."""
     if len(outs) != len(refs):
         return f"{len(outs)} outputs, expected {len(refs)}"
     for i, (o, r) in enumerate(zip(outs, refs)):
         o = np.asarray(o)
         if o.shape != r.shape:
             return f"output {i}: shape {o.shape}, expected {r.shape}"
-        big = float(np.abs(r).max()) if r.size else 0.0
-        if not np.allclose(o, r, rtol=tol, atol=tol * max(1.0, big)):
-            err = np.abs(o.astype(np.float64) - r)
-            return f"output {i}: max abs error {np.nanmax(err):.3g} (max |ref| {big:.3g})"
+        big = max(1.0, float(np.abs(r).max()) if r.size else 0.0)
+        if np.allclose(o, r, rtol=tol, atol=tol * big):
+            continue
+        err = np.abs(o.astype(np.float64) - r)
+        if spread and np.nanmax(err) <= spread * tol * big and \
+                np.nanmean(err) <= tol / 5 * big:
+            continue
+        return f"output {i}: max abs error {np.nanmax(err):.3g}, mean {np.nanmean(err):.3g} " \
+               f"(max |ref| {big:.3g})"
     return None
 
 
@@ -199,9 +240,10 @@ def _exported(sess, cache_dir: str):
     return aot.load(d)
 
 
-def worker_main(family: str, threads: int, tol: float = RTOL) -> int:
+def worker_main(family: str, threads: int, tol: tuple = (RTOL, 0)) -> int:
     """The loop of a worker process: one library, persistent across models (``tol``:
-    how close polytc's outputs must be to onnxruntime's, see ``check``)."""
+    how close polytc's outputs must be to onnxruntime's, ``check``'s tolerance and
+    spread)."""
     bench_cpu.steady_malloc()
     send, receive = common.worker_channel()
 
@@ -237,7 +279,7 @@ def worker_main(family: str, threads: int, tol: float = RTOL) -> int:
                 t0 = time.perf_counter()
                 outs = sess.run(None, feeds)
                 first = time.perf_counter() - t0
-                why = None if refs is None else check(outs, refs, tol)
+                why = None if refs is None else check(outs, refs, *tol)
                 if why is None:
                     def call(run=sess.run, feeds=feeds):
                         return run(None, feeds)
@@ -274,7 +316,7 @@ def warm_up(call, seconds: float = WARM_UP_S) -> None:
 class Worker(bench_cpu.Worker):
     """bench_cpu's handle on a worker process, running this module's loop."""
 
-    tol = RTOL
+    tol = (RTOL, 0)
 
     def code(self) -> str:
         return f"import bench_onnx; sys.exit(bench_onnx.worker_main({self.family!r}, " \
@@ -422,8 +464,9 @@ def main(argv=None):
                          "(compile times are measured without it)")
     ap.add_argument("--dynamic", action="store_true",
                     help="models with a symbolic batch, run at several batch sizes")
-    ap.add_argument("--int8", action="store_true",
-                    help="the models quantised by onnxruntime's quantize_dynamic")
+    ap.add_argument("--int8", nargs="?", const="dynamic", choices=list(INT8_MODES),
+                    help="the models quantised by onnxruntime's quantize_dynamic (default), "
+                         "or quantize_static in the QDQ or QOperator format")
     ap.add_argument("--export", action="store_true",
                     help="also time each model exported ahead of time (polytc.aot)")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
@@ -446,7 +489,7 @@ def main(argv=None):
 
     table = models(args.quick) if args.batch is None else batched(args.batch)
     if args.int8:
-        table = quantised(table)
+        table = quantised(table, args.int8)
     wanted = [w.strip() for w in args.only.split(",") if w.strip()] or \
         [m for m in (INT8 if args.int8 else DEFAULT) if m in table]
     unknown = [w for w in wanted if w not in table]
@@ -455,7 +498,8 @@ def main(argv=None):
 
     workers = {f: Worker(f, threads) for f in FAMILIES}
     for w in workers.values():
-        w.tol = INT8_TOL if args.int8 else RTOL
+        w.tol = (INT8_TOL, STATIC_SPREAD if args.int8 in ("qdq", "qoperator") else 0) \
+            if args.int8 else (RTOL, 0)
     notes, rows = [], []
     try:
         for w in workers.values():  # start both, then wait: the imports overlap

@@ -37,9 +37,11 @@ I32, F32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
 class _Rewrite:
     """The nodes and constants that replace one node (names prefixed by its output's)."""
 
-    def __init__(self, g: Graph, node: Node, producers: dict, made: dict | None = None):
+    def __init__(self, g: Graph, node: Node, producers: dict, made: dict | None = None,
+                 remade: dict | None = None):
         self.g, self.node, self.producers = g, node, producers
         self.made = made or {}  # the types of values earlier rewrites made
+        self.remade = remade or {}  # value -> the node an earlier rewrite makes it with
         self.prefix = f"{node.outputs[0] or node.name}__q"
         self.nodes: list = []
         self.consts: dict = {}
@@ -191,7 +193,7 @@ class _Rewrite:
         t = self.type_of(a)
         if t is not None and t.dtype == np.uint8:
             return a, za
-        q, zv = self.producers.get(a), self.value(za) if za else None
+        q, zv = self.remade.get(a) or self.producers.get(a), self.value(za) if za else None
         if t is None or t.dtype != np.int8 or zv is None or zv.size != 1 or q is None or \
                 q.op != "QuantizeLinear" or q.domain or len(q.inputs) < 3 or \
                 not _same(self, q.inputs[2], za) or q.attr("block_size", 0):
@@ -511,7 +513,7 @@ def decompose(g: Graph) -> Graph:
     the module)."""
     if not any(_rewrite_of(n) for n in g.nodes):
         return g
-    nodes, consts, types, exact = [], dict(g.constants), dict(g.types), {}
+    nodes, consts, types, exact, remade = [], dict(g.constants), dict(g.types), {}, {}
     producers = g.producers()
     for n in g.nodes:
         fn = _rewrite_of(n)
@@ -521,11 +523,12 @@ def decompose(g: Graph) -> Graph:
                 n = Node("Identity", n.name, (exact[n.inputs[0]],), n.outputs)
             nodes.append(n)
             continue
-        r = _Rewrite(g, n, producers, types)
+        r = _Rewrite(g, n, producers, types, remade)
         if fn(r) is False:  # (declined: the node as it is)
             nodes.append(n)
             continue
         nodes += r.nodes
+        remade.update({o: m for m in r.nodes for o in m.outputs if o in n.outputs})
         consts.update(r.consts)
         types.update(r.types)
         exact.update(r.exact)
