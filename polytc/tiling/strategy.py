@@ -280,9 +280,7 @@ class Tiler:
         strided = False
         lanes = self.machine.lanes(sst.stmt.rhs.dtype.np_dtype.itemsize)
         narrow = self.extent(sst, j_var)
-        depth = math.prod(self.extent(sst, vars_[m]) for m in red)
-        if isinstance(sst.stmt.rhs, P.Apply) and sst.stmt.rhs.func == "dot4":
-            depth *= 4  # (four products a step: the depth of the same float contraction)
+        depth = math.prod(self.extent(sst, vars_[m]) for m in red) * X.products(sst)
         window = any(_windowed(r) for r in reads)
         # a convolution over more than a vector whose rows end in a partial one (56 or
         # 28 wide), with a deep reduction: the lanes over the channels too (below),

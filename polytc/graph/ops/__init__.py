@@ -14,6 +14,6 @@ from __future__ import annotations
 
 # importing the op modules registers their lowerings
 from . import (deconv, elementwise, indexing, movement, nn, quant, reduce, resize,  # noqa: F401
-               rnn, sample, scan, spectral)
+               rnn, sample, scan, spectral, words)
 from .registry import (KINDS, REGISTRY, Ctx, Lowered, Ref, broadcast_shapes,  # noqa: F401
                        equal, idx, literal, lower, op, supported, tc_type)

@@ -88,33 +88,3 @@ def _dequantize(ctx):
     t = tc_type(s.dtype)
     ctx.emit(y, i, f"{t}({d}) * {_param_read(ctx, s, x, i, 'scale')}")
     ctx.result.kind = "elementwise"
-
-
-# --- polytc's own forms of quantised products (graph/quantised.py) ----------------------
-@op("QuantWords")
-def _words(ctx):
-    """An 8-bit tensor ``[..., K]`` viewed as ``[..., K / 4]`` int32 words, each holding
-    four consecutive values (no computation)."""
-    x = ctx.input(0)
-    if x.dtype.itemsize != 1 or x.dtype.kind not in "iu" or not x.rank or x.shape[-1] % 4:
-        ctx.fail(f"{x.dtype.name} of shape {list(x.shape)}: expected 8-bit integers whose "
-                 "last dimension is a multiple of 4")
-    ctx.view(0, x, x.shape[:-1] + (x.shape[-1] // 4,), np.int32)
-
-
-@op("MatMulWords")
-def _matmul_words(ctx):
-    """``A(.., i, k) B(k, j)`` summed in int32 over words: ``A`` holds four uint8 values
-    of a row per int32 word (``QuantWords``), ``B`` four int8 values of a column per
-    word, both ``[.., K / 4]``; one ``dot4`` per word (vpdpbusd on CPUs with VNNI)."""
-    a, b = ctx.input(0), ctx.input(1)
-    if a.dtype != np.int32 or b.dtype != np.int32 or a.rank < 2 or b.rank != 2 or \
-            a.shape[-1] != b.shape[0]:
-        ctx.fail(f"expected int32 words [..., M, K] and [K, N], got {a.dtype.name} "
-                 f"{list(a.shape)} and {b.dtype.name} {list(b.shape)}")
-    shape = a.shape[:-1] + b.shape[1:]
-    y = ctx.out(0, shape, np.int32)
-    i = idx(len(shape))
-    ctx.result.kind = "contraction"
-    ctx.emit(y, i, f"dot4({a(*i[:-1], 'r0')}, {b('r0', i[-1])})", op="+=!",
-             ranges={"r0": (0, a.shape[-1])})
