@@ -15,8 +15,7 @@ import pytest
 
 import polytc
 from polytc import (ArgumentError, KernelRuntimeError, PolytcError, RangeInferenceError,
-                    TCSemanticError, TCSyntaxError, TCTypeError, UndefinedNameError,
-                    UnsupportedError)
+                    TCSemanticError, TCSyntaxError, TCTypeError, UndefinedNameError)
 from polytc.poly.scop import OutOfBoundsError
 
 POLYTC_DIR = os.path.dirname(os.path.abspath(polytc.__file__))
@@ -248,16 +247,12 @@ def test_output_named_like_an_input():
     assert_located(e, src, "A) {")
 
 
-@pytest.mark.parametrize("src, needle", [
-    ("def f(float16(N) A) -> (O) {\n    O(i) = A(i)\n}", "float16(N) A"),
-    ("def f(float(N) A) -> (O) {\n    O(i) = float16(A(i))\n}", "float16(A(i))"),
-    ("def f(float(N) A) -> (float16(N) O) {\n    O(i) = A(i)\n}", "float16(N) O"),
-], ids=["input", "cast", "output"])
-def test_float16_rejected(src, needle):
-    e = tc_error(src, UnsupportedError)
-    assert "'float16' is not supported" in e.message
-    assert e.hint and "float" in e.hint
-    assert_located(e, src, needle)
+def test_reduction_into_float16_rejected():
+    src = "def f(float(N, K) A) -> (float16(N) O) {\n    O(i) +=! A(i, k)\n}"
+    e = tc_error(src, TCTypeError)
+    assert "'O' is float16: a reduction into it would round at every step" in e.message
+    assert e.hint and "reduce into a float tensor" in e.hint
+    assert_located(e, src, "O(i) +=! A(i, k)")
 
 
 UNKNOWN_FN = "def f(float(N) A) -> (O) {\n    O(i) = sigmoid(A(i))\n}"
@@ -507,7 +502,7 @@ def assert_short_traceback(err, entry: tuple = ()) -> None:
     "def f(float(N) A) -> (O) {\n    O(i) = A(i) @ A(i)\n}",
     "def f(float(N) A) -> (O) {\n    O(i) +=! A(i + j)\n}",
     "def f(float(N) A) -> (O) {\n    O(i) = B(i)\n}",
-    "def f(float16(N) A) -> (O) {\n    O(i) = A(i)\n}",
+    "def f(float(N) A) -> (float16(1) O) {\n    O(i) +=! A(i + j)\n}",
 ], ids=["syntax", "range", "undefined", "float16"])
 def test_traceback_of_definition_errors(src):
     e = tc_error(src)

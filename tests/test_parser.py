@@ -404,7 +404,6 @@ ERRORS = [
     ("def f(float(N) A) -> () { B(i) = A(i) }", "expected an output but found ')'",
      "at least one"),
     ("def f(A) -> (B) { B(i) = A(i) }", "input 'A' needs a type", "float(N) A"),
-    ("def f(half(N) A) -> (B) { B(i) = A(i) }", "type 'half' is not supported", "float"),
     ("def f(float(N, 2.5) A) -> (B) { B(i) = A(i) }",
      "expected a dimension but found '2.5'", "integer"),
     ("def f(float(N) A) (B) { B(i) = A(i) }", "expected '->' but found '('", "outputs"),

@@ -19,6 +19,7 @@ import numpy as np
 from ..diagnostics import UnsupportedError
 from ..lang import program as P
 from ..lang.types import BOOL, FLOAT64, ScalarType
+from .halves import conversion
 
 INT_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
@@ -262,6 +263,9 @@ class ExprPrinter:
             return name
         if isinstance(e, P.Convert):
             inner = self.expr(e.value, subscript)
+            half = conversion(inner, e.value.dtype, e.dtype)
+            if half is not None:
+                return half
             if e.dtype == BOOL:
                 return f"((unsigned char)(({inner}) != 0))"
             return f"(({e.dtype.c_name})({inner}))"

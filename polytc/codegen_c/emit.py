@@ -23,6 +23,7 @@ from .aligned import by_alignment
 from .locals import locals_of
 from .vmath import vector_math
 from .pack import PackPrinter, packs_of
+from .halves import half_helpers
 from .tcopy import transposed_copy
 from .vloop import math_loop
 from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, dot4_helper, isl_expr,
@@ -435,5 +436,5 @@ class CEmitter:
         code = helpers + "\n\n" + str(fn) + "\n" + argv + "".join(
             "\n" + p.prepack(self.shapes, self.env)
             for p in self.packs.values() if p.box is not None and not p.alias)
-        return PRELUDE + div_helpers(code) + dot4_helper(code) + vector_math(code) + "\n" + \
-            code
+        return PRELUDE + div_helpers(code) + dot4_helper(code) + half_helpers(code) + \
+            vector_math(code) + "\n" + code

@@ -20,6 +20,7 @@ from __future__ import annotations
 import cgen as c
 import islpy as isl
 
+from ..diagnostics import UnsupportedError
 from .cexpr import ExprPrinter, div_helpers, dot4_helper
 from .cexpr import isl_expr
 from .emit import CEmitter
@@ -245,6 +246,11 @@ class GpuEmitter(CEmitter):
 
     def source(self, ast) -> str:
         """Every kernel of the program, after the dialect's prelude."""
+        half = next((t for t in self.scop.program.tensors if t.dtype.is_half), None)
+        if half is not None:
+            raise UnsupportedError(
+                f"'{half.name}' is {half.dtype}: 16-bit float tensors run on the C target "
+                "only", getattr(half, "span", None), hint="use float tensors on a GPU target")
         self.node(ast)
         doubles = any(t.dtype.name == "float64" for t in self.scop.program.tensors) or \
             "double" in "".join(str(k) for k in self.kernels)

@@ -24,7 +24,7 @@ from ..diagnostics import Source, Span, TCSyntaxError
 
 TYPE_KEYWORDS = frozenset({
     "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
-    "float16", "float32", "float64", "float", "double",
+    "float16", "half", "bfloat16", "float32", "float64", "float", "double",
 })
 KEYWORDS = frozenset({"def", "where", "exists", "in", "min", "max"}) | TYPE_KEYWORDS
 MULTI_CHAR_OPS = frozenset({

@@ -67,6 +67,7 @@ import numpy as np
 from ..diagnostics import ArgumentError, KernelRuntimeError
 from . import program as P
 from . import sizes as S
+from .types import FLOAT32
 
 #: points evaluated at once (bounds the memory of expression evaluation)
 CHUNK = 1 << 20
@@ -198,6 +199,8 @@ def convert(x, st):
     dt = st.np_dtype
     if x.dtype == dt:
         return x
+    if st.is_half and x.dtype != np.float32:  # (through float32, as the C code rounds)
+        x = convert(x, FLOAT32)
     if st.kind == "bool":
         return np.asarray(x != 0)
     with np.errstate(all="ignore"):

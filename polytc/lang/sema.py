@@ -54,6 +54,10 @@ class _Typed:
 def convert(e, dtype: ScalarType):
     if e.dtype == dtype:
         return e
+    if dtype.is_half:  # (the rounding of a constant too is the code's: no 16-bit literal)
+        if isinstance(e, P.Convert) and e.value.dtype == dtype:
+            return e.value  # a value of the type, widened: exactly itself
+        return P.Convert(e if e.dtype.is_float else convert(e, FLOAT32), dtype, e.span)
     if isinstance(e, P.Const):
         v = e.value
         if dtype.is_float:
@@ -137,7 +141,10 @@ class StatementChecker:
             return self.call(e, bound)
         if isinstance(e, A.Cast):
             v = self.expr(e.value, bound)
-            return _Typed(convert(v.e, scalar_type(e.type_name, e.span)))
+            t = scalar_type(e.type_name, e.span)
+            if t.is_half:  # rounded to 16 bits, computed on in float32
+                return _Typed(P.Convert(convert(v.e, t), FLOAT32, e.span))
+            return _Typed(convert(v.e, t))
         if isinstance(e, A.Unary):
             v = self.expr(e.operand, bound)
             if e.op == "!":
@@ -243,7 +250,8 @@ class StatementChecker:
             subs.append(v.e)
         read = P.Read(e.tensor, tuple(subs), t.dtype, e.span)
         self.accesses.append((tuple(subs), t.shape))
-        return _Typed(read)
+        # a 16-bit float is a storage type: read as float (computed in float32)
+        return _Typed(P.Convert(read, FLOAT32, e.span) if t.dtype.is_half else read)
 
     def size_expr(self, e) -> S.SizeExpr:
         """A where-bound as a symbolic size expression."""
@@ -416,7 +424,13 @@ class FunctionChecker:
                 raise TCSemanticError(
                     f"'{name}' has {target.rank} dimensions but is written with "
                     f"{len(st.indices)} indices", st.span)
-            if is_narrowing(rhs.dtype, target.dtype) and not rhs.weak:
+            if target.dtype.is_half and op is not None:
+                raise TCTypeError(
+                    f"'{name}' is {target.dtype}: a reduction into it would round at every "
+                    "step", st.span, hint=f"reduce into a float tensor, then assign it to "
+                    f"'{name}'")
+            if is_narrowing(rhs.dtype, target.dtype) and not rhs.weak and \
+                    not target.dtype.is_half:  # (a 16-bit float stores rounded)
                 raise TCTypeError(
                     f"assigning {rhs.dtype} to '{name}' of the narrower type {target.dtype} "
                     "needs an explicit cast", st.span,
@@ -436,6 +450,8 @@ class FunctionChecker:
         order = _order(all_vars, known, st.span)
         ranges = tuple(P.Range(v, *known[v]) for v in order)
         dtype = target.dtype if target is not None else rhs.dtype
+        if target is None and isinstance(rhs.e, P.Convert) and rhs.e.value.dtype.is_half:
+            dtype = rhs.e.value.dtype  # a 16-bit value (a read, a cast) stays 16-bit
         if target is None:
             iv = R.Interval(known)
             shape = tuple(S.add(iv.hi(S.name(v)), S.const(1)) for v in c.lhs)

@@ -15,7 +15,16 @@ class ScalarType:
 
     @property
     def np_dtype(self) -> np.dtype:
+        if self.name == "bfloat16":  # numpy has none: ml_dtypes' (onnx depends on it)
+            import ml_dtypes
+
+            return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(_NP[self.name])
+
+    @property
+    def is_half(self) -> bool:
+        """A 16-bit float: a storage type, read as float and stored rounded (sema.py)."""
+        return self.kind == "float" and self.bits == 16
 
     @property
     def is_float(self) -> bool:
@@ -43,20 +52,25 @@ INT32 = ScalarType("int32", "int", 32, "int32_t")
 INT64 = ScalarType("int64", "int", 64, "int64_t")
 FLOAT32 = ScalarType("float", "float", 32, "float")
 FLOAT64 = ScalarType("double", "float", 64, "double")
+#: 16-bit floats, stored as their bits (the C code converts them with pt_h2f/pt_f2h and
+#: pt_b2f/pt_f2b, codegen_c/halves.py)
+FLOAT16 = ScalarType("float16", "float", 16, "uint16_t")
+BFLOAT16 = ScalarType("bfloat16", "float", 16, "uint16_t")
 
 _NP = {
     "bool": "bool", "uint8": "uint8", "uint16": "uint16", "uint32": "uint32",
     "uint64": "uint64", "int8": "int8", "int16": "int16", "int32": "int32",
-    "int64": "int64", "float": "float32", "double": "float64",
+    "int64": "int64", "float": "float32", "double": "float64", "float16": "float16",
 }
 
-#: every spelling the language accepts for a scalar type (float16 is rejected by sema)
+#: every spelling the language accepts for a scalar type
 TYPE_NAMES: dict[str, ScalarType] = {
     "bool": BOOL, "uint8": UINT8, "uint16": UINT16, "uint32": UINT32, "uint64": UINT64,
     "int8": INT8, "int16": INT16, "int32": INT32, "int64": INT64,
     "float": FLOAT32, "float32": FLOAT32, "double": FLOAT64, "float64": FLOAT64,
+    "float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16,
 }
-UNSUPPORTED_TYPE_NAMES = {"float16", "half", "bfloat16"}
+UNSUPPORTED_TYPE_NAMES: set = set()
 
 #: the type of index variables and sizes
 INDEX = INT32
@@ -64,9 +78,12 @@ INDEX = INT32
 
 def from_numpy(dtype) -> ScalarType | None:
     dt = np.dtype(dtype)
-    for t in (BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT32, FLOAT64):
+    for t in (BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT32, FLOAT64,
+              FLOAT16):
         if t.np_dtype == dt:
             return t
+    if dt.name == "bfloat16" and dt.itemsize == 2:  # (ml_dtypes')
+        return BFLOAT16
     return None
 
 
