@@ -212,6 +212,40 @@ def test_onnxruntime_qlinear_ops(op, operands, attrs):
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
 
 
+@pytest.mark.parametrize("words", ["0", "1"])
+@pytest.mark.parametrize("op", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
+def test_onnxruntime_float_output_products(monkeypatch, op, words):
+    """com.microsoft's DynamicQuantizeMatMul (the activation quantised at run time, as
+    DynamicQuantizeLinear does) and MatMulIntegerToFloat, with per-column weight scales
+    and a bias: onnxruntime's results."""
+    monkeypatch.setenv("POLYTC_INT8_DOT", words)
+    k, n = 32, 24
+    w = _ints((k, n), I8, seed=1)
+    sb = np.linspace(0.01, 0.03, n).astype(np.float32)
+    bias = np.linspace(-1, 1, n).astype(np.float32)
+    vi = helper.make_tensor_value_info
+    if op == "DynamicQuantizeMatMul":
+        x = _floats(5, k)
+        ins, consts = ["x", "w", "sb", "", "bias"], {"w": w, "sb": sb, "bias": bias}
+        xin = vi("x", onnx.TensorProto.FLOAT, x.shape)
+    else:
+        x = _ints((5, k), U8)
+        ins = ["x", "w", "sa", "sb", "za", "", "bias"]
+        consts = {"w": w, "sa": np.float32(0.02), "sb": sb, "za": np.array(128, U8),
+                  "bias": bias}
+        xin = vi("x", onnx.TensorProto.UINT8, x.shape)
+    node = helper.make_node(op, ins, ["y"], domain="com.microsoft")
+    m = helper.make_model(helper.make_graph(
+        [node], "q", [xin], [vi("y", onnx.TensorProto.FLOAT, [5, n])],
+        [onnx.numpy_helper.from_array(np.asarray(v), name) for name, v in consts.items()]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    want = reference(m, {"x": x})[0]
+    session = polytc.onnx.compile(m)
+    got = session.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert ("MatMulWords" in {n.op for n in session.graph.nodes}) == (words == "1")
+
+
 @pytest.mark.parametrize("k,exact", [(16, True), (2048, False)])
 def test_constant_weights_fold_once(k, exact):
     """A constant operand and its zero point become one centred constant: in float32

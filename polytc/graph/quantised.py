@@ -50,7 +50,7 @@ class _Rewrite:
         self.k = 0
 
     def type_of(self, v: str) -> TensorType | None:
-        t = self.made.get(v)
+        t = self.types.get(v) or self.made.get(v)
         return t if t is not None else self.g.type_of(v)
 
     def input(self, k: int) -> str:
@@ -449,6 +449,46 @@ def _qgemm(r: _Rewrite) -> None:
         r.op("Mul", [f, scale], np.float32, out=r.node.outputs[0])
 
 
+def _matmul_to_float(r: _Rewrite, a: str, za: str, sa: str, b: str, zb: str, sb: str,
+                     bias: str) -> None:
+    """The node's float output: ``float((A - za)(B - zb)) * (sa * sb) + bias``, the
+    product on int8 words where it can (``_Rewrite.words``), else in int32."""
+    acc = r.words(a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
+    y = r.op("Mul", [r.op("Cast", [acc], np.float32, to=F32), r.multiplier(sa, sb, "", 0)],
+             np.float32, out=None if bias else r.node.outputs[0])
+    if bias:
+        r.op("Add", [y, bias], np.float32, out=r.node.outputs[0])
+
+
+def _matmul_integer_to_float(r: _Rewrite) -> None:
+    """com.microsoft.MatMulIntegerToFloat(A, B, sa, sb, za, zb, bias)."""
+    a, b, sa, sb, za, zb, bias = (r.input(k) for k in range(7))
+    _matmul_to_float(r, a, za, sa, b, zb, sb, bias)
+
+
+def _dynamic_quantize_matmul(r: _Rewrite) -> None:
+    """com.microsoft.DynamicQuantizeMatMul(A, B, sb, zb, bias): ``A`` quantised to uint8
+    at run time as DynamicQuantizeLinear does (its ONNX function body), then
+    ``MatMulIntegerToFloat``."""
+    a, b, sb, zb, bias = (r.input(k) for k in range(5))
+    f32 = np.float32
+
+    def reduce(op):
+        return r.op(op, [a], f32, keepdims=0)
+    lo = r.op("Min", [reduce("ReduceMin"), r.const(f32(0))], f32)
+    hi = r.op("Max", [reduce("ReduceMax"), r.const(f32(0))], f32)
+    scale = r.op("Div", [r.op("Sub", [hi, lo], f32), r.const(f32(255))], f32)
+    zero = r.op("Clip", [r.op("Sub", [r.const(f32(0)), r.op("Div", [lo, scale], f32)], f32),
+                         r.const(f32(0)), r.const(f32(255))], f32)
+    zero = r.op("Cast", [r.op("Round", [zero], f32)], np.uint8, to=onnx.TensorProto.UINT8)
+    q = r.op("QuantizeLinear", [a, scale, zero], np.uint8)
+    at = r.type_of(a)  # (what the product on words reads)
+    r.types[zero] = TensorType(np.dtype(np.uint8), ())
+    if at is not None and at.shape is not None:
+        r.types[q] = TensorType(np.dtype(np.uint8), at.shape)
+    _matmul_to_float(r, q, zero, scale, b, zb, sb, bias)
+
+
 def _through_float(op: str, operands: int, drop=("channels_last", "opset")):
     """onnxruntime's QLinear* op of ``operands`` quantised inputs ``(x, scale, zero)``
     then the output's ``(scale, zero)``: ``op`` on the dequantised inputs, quantised
@@ -486,6 +526,8 @@ _REWRITES = {"MatMulInteger": _matmul_integer, "ConvInteger": _conv_integer,
 _MS = "com.microsoft"
 _MS_REWRITES = {
     "QGemm": _qgemm, "QLinearConcat": _qconcat,
+    "MatMulIntegerToFloat": _matmul_integer_to_float,
+    "DynamicQuantizeMatMul": _dynamic_quantize_matmul,
     "QLinearAdd": _through_float("Add", 2), "QLinearMul": _through_float("Mul", 2),
     "QLinearAveragePool": _through_float("AveragePool", 1),
     "QLinearGlobalAveragePool": _through_float("GlobalAveragePool", 1),
