@@ -350,6 +350,16 @@ class _Explainer:
                          f"run{'' if many else 's'} sequentially inside the parallel loop "
                          "(one parallel region per loop nest).")
 
+    def words(self, name) -> str:
+        """What the micro-kernel does with a ``dot4`` statement's step, or ''."""
+        sst = next((s for s in self.scop.stmts if s.name == name), None)
+        if sst is None or getattr(sst.stmt.rhs, "func", None) != "dot4":
+            return ""
+        how = ("one vpdpbusd per vector (this CPU has an int8 dot-product instruction)"
+               if host().int8_dot else "exact shifts and products (this CPU has no int8 "
+               "dot-product instruction: AVX512-VNNI or AVX-VNNI)")
+        return f" Each reduction step multiplies four 8-bit pairs per lane (dot4): {how}."
+
     # --- tiling ------------------------------------------------------------------------
     def tiling(self):
         o = self.b.options
@@ -374,8 +384,8 @@ class _Explainer:
                              "stride, once per register tile." if "lanes" in d else "") + (
                              " Its packed panels are the outermost loop of a cache tile: "
                              "together they leave L2, so each is read from memory once and "
-                             "serves every row of the tile from L2." if "panels" in d else ""),
-                         str(entry))
+                             "serves every row of the tile from L2." if "panels" in d else "")
+                         + self.words(entry.subject), str(entry))
             elif kind == "pack":
                 d = entry.facts
                 kt, nr = d["panel"]

@@ -159,3 +159,14 @@ def test_sizes_from_the_tuning_cache():
                  Options(tile=(8, 16, 8), register_tile=(4, 16)))
     e = k.explain(A, B, vectorizer=False)
     one(e.about("tiling"), "cache tiles 8x16x8", "sizes from the tuning cache (polytc.autotune)")
+
+
+def test_quantised_product_says_how_its_steps_run():
+    from polytc import machine
+
+    k = polytc.tc("def q(int32(M,K) A, int32(K,N) B) -> (C) { C(m, n) +=! dot4(A(m, k), "
+                  "B(k, n)) }")
+    a, b = np.ones((64, 64), np.int32), np.ones((64, 256), np.int32)
+    text = str(k.explain(a, b))
+    assert "Each reduction step multiplies four 8-bit pairs per lane (dot4)" in text
+    assert ("one vpdpbusd per vector" in text) == machine.host().int8_dot
