@@ -15,8 +15,8 @@ than the straddling loads) or choosing between values (``?``: a padding copy, a
 running maximum, twice the selects at half width: ResNet-18's padded input 6% slower),
 loops of explicit vector types (micro-kernels, whose operands are packed or copied
 aligned), loops converting 16-bit floats (8 lanes of 16-bit values are a quarter of a
-register: 1M products of float16 0.15 -> 0.6 ms), and code on hosts whose vectors are narrower than 512 bits (at 256 bits, half
-the loads straddle a line either way)."""
+register: 1M products of float16 0.15 -> 0.6 ms), and code on hosts whose vectors are
+narrower than 512 bits (at 256 bits, half the loads straddle a line either way)."""
 from __future__ import annotations
 
 import re

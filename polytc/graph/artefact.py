@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import config
 from ..cache import DiskCache, cache_key
-from . import passes, quantised
+from . import passes, qwords
 from .onnx_import import import_model
 
 ALIGN = 64
@@ -82,7 +82,7 @@ def _key(model, disable) -> str | None:
     return cache_key(kind="onnx-graph", path=os.path.realpath(path), size=st.st_size,
                      inode=st.st_ino, device=st.st_dev, mtime=st.st_mtime_ns,
                      ctime=st.st_ctime_ns, disable=sorted(disable),
-                     words=quantised.words_enabled())  # (the passes' one machine choice)
+                     words=qwords.words_enabled())  # (the passes' one machine choice)
 
 
 def _files(graph, stages) -> dict:

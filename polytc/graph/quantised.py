@@ -17,19 +17,21 @@ before the other graph passes (so constant weights fold once, and the rest fuses
   refused).
 
 With a constant operand (the weights) and constant zero points, the centred int32
-operand is computed here, once.  ``QuantizeLinear``/``DequantizeLinear`` themselves are
+operand is computed here, once.  Where the CPU has an int8 dot-product instruction, the
+products (and QDQ models' ``MatMul``/``Conv`` of dequantised values, and onnxruntime's
+``MatMulIntegerToFloat``/``DynamicQuantizeMatMul``) run on int8 words instead
+(``qwords.py``).  ``QuantizeLinear``/``DequantizeLinear`` themselves are
 elementwise lowerings (ops/quant.py).
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import onnx
 
-from .. import config
-from ..machine import host
 from .ir import Graph, Node, TensorType
+from .qwords import (conv_words, dequantised_conv, dequantised_matmul, requantised_pair,
+                     words, words_enabled)
 
 I32, F32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
 
@@ -185,218 +187,14 @@ class _Rewrite:
         self.exact[out] = f
 
 
-    def unsigned(self, a: str, za: str):
-        """``(a, za)`` as uint8 values: ``a`` itself when it is uint8; an int8 ``a`` that
-        a QuantizeLinear makes with the constant zero point ``za`` is made again with
-        ``za + 128`` as a uint8 zero point (the same values plus 128: the clip ranges
-        shift alike; ``quantize_static``'s default int8 activations).  None otherwise."""
-        t = self.type_of(a)
-        if t is not None and t.dtype == np.uint8:
-            return a, za
-        q, zv = self.remade.get(a) or self.producers.get(a), self.value(za) if za else None
-        if t is None or t.dtype != np.int8 or zv is None or zv.size != 1 or q is None or \
-                q.op != "QuantizeLinear" or q.domain or len(q.inputs) < 3 or \
-                not _same(self, q.inputs[2], za) or q.attr("block_size", 0):
-            return None
-        z8 = self.const((zv.astype(np.int32) + 128).astype(np.uint8))
-        attrs = {k: v for k, v in q.attrs if k != "output_dtype"}
-        return self.op("QuantizeLinear", [q.inputs[0], q.inputs[1], z8], np.uint8,
-                       **attrs), z8
-
-    def words(self, a: str, za: str, b: str, zb: str, out: str | None = None):
-        """The int32 product ``(A - a0)(B - b0)`` as ``MatMulWords(QuantWords(A), Bw) -
-        a0 * colsum(B - b0)`` where the CPU has an int8 dot-product instruction
-        (``Machine.int8_dot``): ``A`` uint8 (``unsigned``) of rows of a multiple of 4,
-        ``a0`` one value, ``B`` a constant matrix whose centred values are int8, packed four rows
-        to a word (``Bw(k, j)`` holds ``B(4k..4k+3, j)``).  Its name (``out`` when
-        given), or None (nothing done) otherwise."""
-        at, zat = self.type_of(a), self.type_of(za) if za else None
-        bv, zbv = self.value(b), self.value(zb) if zb else np.zeros((), np.int32)
-        if not words_enabled() or at is None or at.dtype.itemsize != 1 or at.shape is None \
-                or at.rank < 2 or not isinstance(at.shape[-1], int) or at.shape[-1] % 4 or \
-                bv is None or bv.ndim != 2 or bv.dtype.itemsize != 1 or zbv is None or \
-                zbv.size not in (1, bv.shape[1]) or \
-                (za and not (zat is not None and zat.static and math.prod(zat.shape) == 1)):
-            return None
-        centred = bv.astype(np.int32) - zbv.reshape(-1).astype(np.int32)
-        if centred.min(initial=0) < -128 or centred.max(initial=0) > 127 or \
-                centred.shape[0] != at.shape[-1]:
-            return None
-        made = self.unsigned(a, za)
-        if made is None:
-            return None
-        a, za = made
-        k, n = centred.shape
-        words = np.ascontiguousarray(centred.astype(np.int8).reshape(k // 4, 4, n)
-                                     .transpose(0, 2, 1)).view(np.int32).reshape(k // 4, n)
-        aw = self.op("QuantWords", [a], np.int32)
-        if not za:
-            return self.op("MatMulWords", [aw, self.const(words)], np.int32, out=out)
-        prod = self.op("MatMulWords", [aw, self.const(words)], np.int32)
-        colsum = centred.sum(axis=0, dtype=np.int32)
-        zav = self.value(za)
-        corr = self.const(zav.astype(np.int32).reshape(()) * colsum) if zav is not None \
-            else self.op("Mul", [self.op("Cast", [za], np.int32, to=I32),
-                                 self.const(colsum)], np.int32)
-        return self.op("Sub", [prod, corr], np.int32, out=out)
-
-
-    def conv_words(self, x: str, zx: str, w: str, zw: str, attrs: tuple,
-                   out: str | None = None):
-        """The int32 convolution of ``x - x0`` by ``w - w0`` as ``ConvWords(x, Ww, x0) -
-        x0 * sums(w - w0)`` (``ops/nn.py``: four input channels to a word) where the CPU
-        has an int8 dot-product instruction: ``x`` uint8 (``unsigned``) with one zero
-        point, ``w`` a constant whose centred values are int8 (``w0`` per tensor or per
-        output channel), no groups.  Its name (``out`` when given), or None (nothing
-        done)."""
-        xt, zt = self.type_of(x), self.type_of(zx) if zx else None
-        wv, zwv = self.value(w), self.value(zw) if zw else np.zeros((), np.int32)
-        if not words_enabled() or xt is None or xt.dtype.itemsize != 1 or wv is None or \
-                wv.ndim < 3 or wv.dtype.itemsize != 1 or (xt.shape is not None and (
-                    xt.rank != wv.ndim or xt.shape[1] != wv.shape[1])) or \
-                zwv is None or zwv.size not in (1, wv.shape[0]) or \
-                dict(attrs).get("group", 1) != 1 or \
-                (zx and not (zt is not None and zt.static and math.prod(zt.shape) == 1)):
-            return None
-        lead = (-1,) + (1,) * (wv.ndim - 1)
-        centred = wv.astype(np.int32) - zwv.reshape(lead if zwv.size > 1 else ()).astype(
-            np.int32)
-        made = self.unsigned(x, zx) if centred.min(initial=0) >= -128 and \
-            centred.max(initial=0) <= 127 else None
-        if made is None:
-            return None
-        x, zx = made
-        m, c = centred.shape[:2]
-        c4 = -(-c // 4)
-        padded = np.zeros((m, 4 * c4) + centred.shape[2:], np.int8)
-        padded[:, :c] = centred
-        words = np.ascontiguousarray(np.moveaxis(padded.reshape(
-            (m, c4, 4) + centred.shape[2:]), 2, -1)).view(np.int32).reshape(
-            (m, c4) + centred.shape[2:])
-        ins = [x, self.const(words)] + ([zx] if zx else [])
-        if not zx:
-            return self.op("ConvWords", ins, np.int32, out=out, **dict(attrs))
-        acc = self.op("ConvWords", ins, np.int32, **dict(attrs))
-        sums = centred.reshape(m, -1).sum(axis=1, dtype=np.int32).reshape(lead[:-1])
-        zxv = self.value(zx)
-        corr = self.const(zxv.astype(np.int32).reshape(()) * sums) if zxv is not None \
-            else self.op("Mul", [self.op("Cast", [zx], np.int32, to=I32),
-                                 self.const(sums)], np.int32)
-        return self.op("Sub", [acc, corr], np.int32, out=out)
-
-
 def _matmul_integer(r: _Rewrite) -> None:
     a, b, za, zb = (r.input(k) for k in range(4))
-    if r.words(a, za, b, zb, out=r.node.outputs[0]) is None:
+    if words(r, a, za, b, zb, out=r.node.outputs[0]) is None:
         r.integer_product("MatMul", (a, za, 1), (b, zb, 0), axis=-2)
 
 
-def _dequantised_matmul(r: _Rewrite) -> bool:
-    """A QDQ model's ``MatMul(DequantizeLinear(xq, sx, zx), DequantizeLinear(wq, sw,
-    zw))`` (``quantize_static``) with one scale ``sx`` and constant int8 weights ``wq``
-    (``sw`` per tensor or per column) as onnxruntime runs it: ``float(MatMulWords(..) -
-    zx * colsum) * (sx * sw)`` (``_Rewrite.words``); False (nothing done) otherwise."""
-    pair = _dequantised(r, axis=1)
-    if pair is None:
-        return False
-    (xq, sx, zx), (wq, sw, zw) = pair
-    acc = r.words(xq, zx, wq, zw)
-    if acc is None:
-        return False
-    f = r.op("Cast", [acc], np.float32, to=F32)
-    r.op("Mul", [f, r.multiplier(sx, sw, "", 0)], np.float32, out=r.node.outputs[0])
-    return True
-
-
-def _dequantised_conv(r: _Rewrite) -> bool:
-    """A QDQ model's ``Conv(DequantizeLinear(xq, sx, zx), DequantizeLinear(wq, sw, zw),
-    bias)`` as onnxruntime runs it: ``float(ConvWords(..) - zx * sums) * (sx * sw) +
-    bias`` (``_Rewrite.conv_words``; ``sw`` per tensor or per output channel); False
-    (nothing done) otherwise."""
-    pair = _dequantised(r, axis=0)
-    if pair is None:
-        return False
-    (xq, sx, zx), (wq, sw, zw) = pair
-    acc = r.conv_words(xq, zx, wq, zw, r.node.attrs)
-    if acc is None:
-        return False
-    wt = r.type_of(wq)
-    column = wt.rank - 2
-    mult = r.multiplier(sx, sw, "", column)
-    y = r.op("Mul", [r.op("Cast", [acc], np.float32, to=F32), mult], np.float32,
-             out=None if r.input(2) else r.node.outputs[0])
-    if r.input(2):
-        b = r.op("Unsqueeze", [r.input(2), r.const(np.arange(1, column + 1))], np.float32)
-        r.op("Add", [y, b], np.float32, out=r.node.outputs[0])
-    return True
-
-
-def _dequantised(r: _Rewrite, axis: int):
-    """``((xq, sx, zx), (wq, sw, zw))`` when the node's first two inputs are
-    ``DequantizeLinear`` outputs, ``sx`` one value and ``sw`` a constant, one value or
-    one per element of ``wq``'s ``axis``; else None."""
-    pa, pb = (r.producers.get(v) for v in r.node.inputs[:2])
-    if pa is None or pb is None or any(p.op != "DequantizeLinear" or p.domain or
-                                       p.attr("block_size", 0) for p in (pa, pb)):
-        return None
-    (xq, sx, zx), (wq, sw, zw) = ((p.inputs + ("", ""))[:3] for p in (pa, pb))
-    st, swv, wt = r.type_of(sx), r.value(sw), r.type_of(wq)
-    if st is None or not st.static or math.prod(st.shape) != 1 or swv is None or \
-            wt is None or wt.rank is None or wt.rank < 2 or (swv.size > 1 and (
-                swv.ndim != 1 or pb.attr("axis", 1) % wt.rank != axis)):
-        return None
-    return (xq, sx, zx), (wq, sw, zw)
-
-
-def _requantised(r: _Rewrite) -> bool:
-    """``DequantizeLinear(QuantizeLinear(x, s, z), s, z)`` (a QDQ model's round trip
-    of an activation, per tensor) in float: ``(QuantizeLinear(x, s, z) as a float in
-    ``z``'s range) - z) * s``, the same values (whole numbers, exact in float) without
-    the 8-bit value in between, whose conversions kept gcc from vectorising the loops
-    they were in (a QDQ ResNet-18's epilogues ran scalar).  The 8-bit value stays for
-    its other readers (a product on int8 words).  False (nothing done) otherwise, and
-    for a constant ``x`` (folded as it is)."""
-    q = r.producers.get(r.input(0))
-    if q is None or q.op != "QuantizeLinear" or q.domain or len(q.inputs) < 3 or \
-            not q.inputs[2] or len(r.node.inputs) < 3 or q.attr("output_dtype", 0) or \
-            any(n.attr("block_size", 0) for n in (q, r.node)):
-        return False
-    (s, z), (s2, z2) = q.inputs[1:3], r.node.inputs[1:3]
-    zt, xt = r.type_of(z), r.type_of(q.inputs[0])
-    if zt is None or zt.dtype.itemsize != 1 or xt is None or xt.dtype != np.float32 or \
-            r.value(q.inputs[0]) is not None or \
-            not (_same(r, s, s2) and _same(r, z, z2)) or not zt.static or \
-            math.prod(zt.shape) != 1 or not _one(r, s):
-        return False
-    f = r.op("QuantizeLinear", q.inputs[:3], np.float32, output_dtype=F32)
-    zv = r.value(z)
-    zf = r.const(zv.astype(np.float32).reshape(zt.shape)) if zv is not None else \
-        r.op("Cast", [z], np.float32, to=F32)
-    r.op("Mul", [r.op("Sub", [f, zf], np.float32), s], np.float32, out=r.node.outputs[0])
-    return True
-
-
-def _same(r: _Rewrite, a: str, b: str) -> bool:
-    """Whether the values ``a`` and ``b`` are one (a name, or equal constants)."""
-    if a == b:
-        return True
-    va, vb = r.value(a), r.value(b)
-    return va is not None and vb is not None and va.dtype == vb.dtype and \
-        va.shape == vb.shape and bool(np.array_equal(va, vb))
-
-
-def _one(r: _Rewrite, v: str) -> bool:
-    t = r.type_of(v)
-    return t is not None and t.static and math.prod(t.shape) == 1
-
-
-def words_enabled() -> bool:
-    """Whether integer products run as ``dot4`` of words (``config.int8_dot``)."""
-    return config.int8_dot(host().int8_dot)
-
-
 def _conv_integer(r: _Rewrite) -> None:
-    if r.conv_words(r.input(0), r.input(2), r.input(1), r.input(3), r.node.attrs,
+    if conv_words(r, r.input(0), r.input(2), r.input(1), r.input(3), r.node.attrs,
                     out=r.node.outputs[0]) is not None:
         return
     w = r.type_of(r.input(1))
@@ -407,7 +205,7 @@ def _conv_integer(r: _Rewrite) -> None:
 
 def _qlinear_matmul(r: _Rewrite) -> None:
     a, sa, za, b, sb, zb, sy, zy = (r.input(k) for k in range(8))
-    acc = r.words(a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
+    acc = words(r, a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
     r.requantised(acc, r.multiplier(sa, sb, sy, 0), zy)
 
 
@@ -415,7 +213,7 @@ def _qlinear_conv(r: _Rewrite) -> None:
     x, sx, zx, w, sw, zw, sy, zy = (r.input(k) for k in range(8))
     t = r.type_of(w)
     nd = (t.rank - 1) if t is not None and t.rank else 3
-    acc = r.conv_words(x, zx, w, zw, r.node.attrs) or \
+    acc = conv_words(r, x, zx, w, zw, r.node.attrs) or \
         r.product("Conv", (x, zx, 0), (w, zw, nd), attrs=r.node.attrs)
     bias = r.input(8)
     if bias:
@@ -437,7 +235,7 @@ def _qgemm(r: _Rewrite) -> None:
         bv = r.value(b)
         b = r.const(bv.T) if bv is not None else \
             r.op("Transpose", [b], r.type_of(b).dtype if r.type_of(b) else np.int8)
-    acc = r.words(a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
+    acc = words(r, a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
     if bias:
         acc = r.op("Add", [acc, bias], np.int32)
     alpha = r.const(np.float32(r.node.attr("alpha", 1.0)))
@@ -453,7 +251,7 @@ def _matmul_to_float(r: _Rewrite, a: str, za: str, sa: str, b: str, zb: str, sb:
                      bias: str) -> None:
     """The node's float output: ``float((A - za)(B - zb)) * (sa * sb) + bias``, the
     product on int8 words where it can (``_Rewrite.words``), else in int32."""
-    acc = r.words(a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
+    acc = words(r, a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
     y = r.op("Mul", [r.op("Cast", [acc], np.float32, to=F32), r.multiplier(sa, sb, "", 0)],
              np.float32, out=None if bias else r.node.outputs[0])
     if bias:
@@ -519,7 +317,7 @@ def _quantise(r: _Rewrite, f: str, scale: str, zero: str) -> None:
 
 
 #: float products of dequantised values (QDQ models) run as int8 words where they can
-_DEQUANTISED = {"MatMul": _dequantised_matmul, "Conv": _dequantised_conv}
+_DEQUANTISED = {"MatMul": dequantised_matmul, "Conv": dequantised_conv}
 _REWRITES = {"MatMulInteger": _matmul_integer, "ConvInteger": _conv_integer,
              "QLinearMatMul": _qlinear_matmul, "QLinearConv": _qlinear_conv}
 #: onnxruntime's QOperator format (quantize_static): its contrib ops
@@ -542,7 +340,7 @@ def _rewrite_of(n: Node):
         if n.op in _DEQUANTISED and words_enabled():
             return _DEQUANTISED[n.op]
         if n.op == "DequantizeLinear":
-            return _requantised
+            return requantised_pair
         return _REWRITES.get(n.op)
     if n.domain == _MS and not n.attr("channels_last", 0):  # NHWC: refused as the op
         return _MS_REWRITES.get(n.op)
