@@ -83,6 +83,21 @@ def test_static_cnn_and_recurrent_models(tmp_path):
     check_model(E.lstm_model(), tmp_path / "lstm", [2])
 
 
+def test_quantised_model_on_int8_words(tmp_path, monkeypatch):
+    """A model from quantize_dynamic, its products on int8 words (the activation a view
+    of the quantised bytes as words), exports exactly."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    import onnx
+
+    monkeypatch.setenv("POLYTC_INT8_DOT", "1")
+    src, dst = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
+    onnx.save(E.mlp(4, (64, 32, 10)), src)
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+    model = onnx.load(dst)
+    assert "MatMulWords" in {n.op for n in ponnx.compile(model).graph.nodes}
+    check_model(model, tmp_path / "q", [4])
+
+
 def _edge_model():
     """Outputs that are an input, a constant, a view and a copy of another output."""
     vi = helper.make_tensor_value_info
