@@ -287,19 +287,22 @@ def ops_markdown() -> str:
     kinds: dict = defaultdict(list)
     for op, fn in REGISTRY.items():
         kinds[fn.__module__.rsplit(".", 1)[-1]].append(op)
+    own = sorted(kinds.pop("words", []))  # polytc's own ops, made by graph/quantised.py
     order = [k for k in KIND_TITLES if k in kinds] + sorted(set(kinds) - set(KIND_TITLES))
     builtin = ", ".join(f"`{o}`" for o in sorted(BUILTIN_OPS))
-    lines = [f"{len(REGISTRY)} op types lower to the language, plus {builtin} (evaluated at "
-             "compile time):", ""]
+    lines = [f"{len(REGISTRY) - len(own)} op types lower to the language, plus {builtin} "
+             "(evaluated at compile time):", ""]
     for k in order:
         ops = ", ".join(f"`{o}`" for o in sorted(kinds[k]))
         lines.append(f"* **{KIND_TITLES.get(k, k)}** ({len(kinds[k])}): {ops}")
     bodies = function_ops()
     lines += ["", f"{len(bodies)} more op types run as their ONNX function bodies "
               "(graph/expand.py): " + ", ".join(f"`{o}`" for o in bodies),
-              "", f"{len(_REWRITES)} more are rewritten into int32 ops before lowering "
-              "(graph/quantised.py): " + ", ".join(f"`{o}`" for o in sorted(_REWRITES)) +
-              "; and onnxruntime's QOperator ops: " +
+              "", f"{len(_REWRITES)} more are rewritten into int32 ops or polytc's "
+              "products on int8 words (" + ", ".join(f"`{o}`" for o in own) + ") before "
+              "lowering (graph/quantised.py): " + ", ".join(f"`{o}`" for o in
+                                                            sorted(_REWRITES)) +
+              "; and onnxruntime's `com.microsoft` ops: " +
               ", ".join(f"`com.microsoft.{o}`" for o in sorted(_MS_REWRITES))]
     return "\n".join(lines) + "\n"
 
