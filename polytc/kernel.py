@@ -237,9 +237,7 @@ class Kernel:
         if ck is False:
             return None
         if ck is None:
-            hint = dict(env)
-            for n in symbolic:
-                hint[n] = 1 << max(0, int(env[n]) - 1).bit_length()
+            hint = tuning.bucket(env, symbolic)
             if any(S.evaluate(d, hint) < 0 for t in self.program.tensors for d in t.shape):
                 hint = dict(env)  # the rounded sizes would make an extent negative
             options = self.options.replace(symbolic=symbolic)

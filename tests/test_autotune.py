@@ -414,3 +414,26 @@ def test_autotune_errors(cache_dir):
         polytc.autotune(k, A, B, budget=0)
     with pytest.raises(polytc.ArgumentError):
         polytc.autotune(k, A)
+
+
+def test_autotune_a_dynamic_kernel_serves_its_bucket(cache_dir):
+    """A kernel with a symbolic size is tuned as its generic kernel (every candidate
+    symbolic in M, timed at these inputs) and the best serves the sizes' bucket: a new
+    kernel called at another M of the bucket (33..64) compiles its generic kernel with
+    the tuned options."""
+    rng = np.random.default_rng(3)
+    A, B = (rng.standard_normal((40, 64)).astype(np.float32),
+            rng.standard_normal((64, 48)).astype(np.float32))
+    k = polytc.tc(MATMUL, dynamic=("M",))
+    best = polytc.autotune(k, A, B, budget=30, population=3, generations=1, seed=0,
+                           verbose=False)
+    rec = best.tuning
+    assert rec["symbolic"] == ["M"] and rec["bucket"] == {"M": 64, "K": 64, "N": 48}
+    assert best.options.symbolic == ("M",)
+    assert tuning.lookup(k.program, {"M": 64, "K": 64, "N": 48}) == best.options
+    tuning.clear_memo()
+    fresh = polytc.tc(MATMUL, dynamic=("M",))
+    A2 = rng.standard_normal((57, 64)).astype(np.float32)
+    np.testing.assert_allclose(fresh(A2, B), A2 @ B, rtol=1e-4, atol=1e-4)
+    generic = [ck for ck in fresh._generic_kernels.values() if ck]
+    assert [ck.options for ck in generic] == [best.options]

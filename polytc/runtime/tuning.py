@@ -31,7 +31,8 @@ from ..options import Options
 from ..machine import host
 from ..cache import DiskCache, cache_key
 
-__all__ = ["tuning_dir", "tuning_key", "lookup", "get", "store", "remove", "clear_memo"]
+__all__ = ["tuning_dir", "tuning_key", "bucket", "lookup", "get", "store", "remove",
+           "clear_memo"]
 
 FORMAT_VERSION = 1
 
@@ -61,6 +62,15 @@ def _target_parts(target: str) -> dict:
     whose keys are those of the tuning cache before it had targets."""
     facts = backends.get(target).cache_facts()
     return {"target": target, **facts} if facts else {}
+
+
+def bucket(env: dict, symbolic) -> dict:
+    """The sizes that key a kernel symbolic in the sizes ``symbolic``: each of those
+    rounded up to a power of two (a bucket: 33..64 share 64), the others as they are.  A
+    generic kernel compiles at these sizes and looks its options up there; ``autotune``
+    of a kernel with symbolic sizes stores there too."""
+    return {k: (1 << max(0, int(v) - 1).bit_length()) if k in symbolic else v
+            for k, v in env.items()}
 
 
 def tuning_key(program, env: dict, target: str = "c") -> str:

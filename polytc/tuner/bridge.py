@@ -23,6 +23,16 @@ def explicit_options(kernel):
     return kernel.options if kernel._explicit else None
 
 
+def symbolic_sizes(kernel, env: dict) -> tuple:
+    """The sizes of ``env`` that ``kernel`` keeps symbolic (its ``dynamic`` policy, the
+    sizes an "auto" kernel has seen vary, its options' ``symbolic``); none on a target
+    without symbolic sizes."""
+    if not kernel.backend.symbolic:
+        return ()
+    dyn = kernel._varied if kernel.dynamic == "auto" else set(kernel.dynamic)
+    return tuple(sorted((set(dyn) | set(kernel.options.symbolic)) & set(env)))
+
+
 def with_options(kernel, options: Options):
     """A new kernel of the same program and target with explicit ``options``."""
     return kernel.with_options(options)

@@ -100,6 +100,9 @@ class _Tuner:
     verbose: bool
     progress: str | None
     on_result: object
+    #: sizes the kernel keeps symbolic: every candidate is generic in them, timed at
+    #: these inputs, and the best is stored for their bucket (``tuning.bucket``) too
+    symbolic: tuple = ()
     initial: list = field(default_factory=list)  # starting points besides the defaults
     space: Space | None = None
     probe: dict = field(default_factory=dict)  # what the accelerator probe found
@@ -152,17 +155,20 @@ def _new_tuner(kernel, inputs, t_start, *, budget, timeout, jobs, faults,
                    timeout=float(timeout) if timeout else min(60.0, max(2.0, budget / 4)),
                    jobs=max(1, int(jobs) if jobs else min(2, machine.cores)),
                    faults=dict(faults or {}), **settings)
-    tuner.initial = _starting_points(kernel, program, env, tuner.target)
+    tuner.symbolic = bridge.symbolic_sizes(kernel, env)
+    tuner.initial = _starting_points(kernel, program, env, tuner.target, tuner.symbolic)
     return tuner
 
 
-def _starting_points(kernel, program, env, target) -> list:
-    """The options stored by an earlier tuning of this problem, and the kernel's own
-    options when it has explicit ones."""
+def _starting_points(kernel, program, env, target, symbolic=()) -> list:
+    """The options stored by an earlier tuning of this problem (of its sizes' bucket for
+    a kernel with symbolic sizes), and the kernel's own options when it has explicit
+    ones."""
     from ..runtime import tuning
 
     initial = []
-    previous = tuning.get(program, env, target=target)
+    previous = tuning.get(program, tuning.bucket(env, symbolic) if symbolic else env,
+                          target=target)
     if previous is not None:
         initial.append(previous[0])
     explicit = bridge.explicit_options(kernel)
@@ -271,8 +277,9 @@ def _search(tuner: _Tuner, pool: Pool) -> None:
 def _new_records(tuner: _Tuner, cands) -> list:
     recs = []
     for o in cands:
+        run = o.replace(symbolic=tuner.symbolic) if tuner.symbolic else o
         recs.append({"n": tuner.number, "generation": tuner.gen, "options": o,
-                     "json": o.to_json(), "fault": tuner.faults.get(tuner.number)})
+                     "json": run.to_json(), "fault": tuner.faults.get(tuner.number)})
         tuner.number += 1
     return recs
 

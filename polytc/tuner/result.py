@@ -72,12 +72,19 @@ def _space_facts(space, probe: dict):
 def _adopt(tuner, ok: list, record: dict, store: bool):
     """The kernel with the best options; they go to the tuning cache when ``store``."""
     best_options = ok[0]["options"]
+    if tuner.symbolic:  # the generic kernel's options, for the sizes' bucket too
+        best_options = best_options.replace(symbolic=tuner.symbolic)
+        record["symbolic"] = list(tuner.symbolic)
     if store:
         from ..runtime import tuning
 
-        record["path"] = tuning.store(tuner.program, tuner.env, best_options,
-                                      {k: v for k, v in record.items() if k != "path"},
+        keep = {k: v for k, v in record.items() if k != "path"}
+        record["path"] = tuning.store(tuner.program, tuner.env, best_options, keep,
                                       target=tuner.target)
+        if tuner.symbolic:
+            record["bucket"] = tuning.bucket(tuner.env, tuner.symbolic)
+            tuning.store(tuner.program, record["bucket"], best_options, keep,
+                         target=tuner.target)
     tuned = bridge.with_options(tuner.kernel, best_options)
     if tuner.verbose:
         vs = (f", default {fmt_seconds(record['default_time'])}: {record['speedup']:.2f}x"
