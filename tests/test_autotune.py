@@ -405,6 +405,12 @@ def test_autotune_from_an_unguarded_script(tmp_path):
     assert out.stdout.split() == ["ok", "2"]
 
 
+def test_autotune_samples_must_be_tuples(cache_dir):
+    A, B = _matmul_inputs(16)
+    with pytest.raises(polytc.PolytcError, match=r"samples\[0\] is a ndarray"):
+        polytc.autotune(polytc.tc(MATMUL), A, B, samples=[A])
+
+
 def test_autotune_errors(cache_dir):
     A, B = _matmul_inputs(8)
     k = polytc.tc(MATMUL)
@@ -425,10 +431,12 @@ def test_autotune_a_dynamic_kernel_serves_its_bucket(cache_dir):
     A, B = (rng.standard_normal((40, 64)).astype(np.float32),
             rng.standard_normal((64, 48)).astype(np.float32))
     k = polytc.tc(MATMUL, dynamic=("M",))
+    samples = [(rng.standard_normal((m, 64)).astype(np.float32), B) for m in (33, 64)]
     best = polytc.autotune(k, A, B, budget=30, population=3, generations=1, seed=0,
-                           verbose=False)
+                           verbose=False, samples=samples)
     rec = best.tuning
     assert rec["symbolic"] == ["M"] and rec["bucket"] == {"M": 64, "K": 64, "N": 48}
+    assert rec["samples"] == 3 and rec["failed"] == 0
     assert best.options.symbolic == ("M",)
     assert tuning.lookup(k.program, {"M": 64, "K": 64, "N": 48}) == best.options
     tuning.clear_memo()

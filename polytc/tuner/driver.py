@@ -47,7 +47,8 @@ __all__ = ["autotune"]
 def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
              generations: int | None = None, verbose: bool = True,
              timeout: float | None = None, jobs: int | None = None, store: bool = True,
-             progress: str | None = "bar", on_result=None, _faults: dict | None = None):
+             progress: str | None = "bar", on_result=None, samples=(),
+             _faults: dict | None = None):
     """Search ``Options`` for ``kernel`` on these ``inputs`` (their sizes and dtypes) and
     return a new kernel with the fastest options found (explicit options).
 
@@ -66,6 +67,10 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
     (a dict: ``n``, ``generation``, ``options``, ``time`` in seconds, ``inf`` when it
     failed, with its ``error``); an exception it raises ends the search.
 
+    ``samples``: more inputs (tuples like ``inputs``), of other sizes of the sizes the
+    kernel keeps symbolic (a distribution of batch sizes, say): each candidate is timed
+    on every sample too and scored by the sum of its times.
+
     The returned kernel's ``tuning`` attribute records the search: best and default
     times, every candidate with its status."""
     t_start = time.monotonic()
@@ -73,7 +78,7 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
     tuner = _new_tuner(kernel, inputs, t_start, budget=budget, seed=seed,
                        population=population, generations=generations, verbose=verbose,
                        timeout=timeout, jobs=jobs, progress=progress, on_result=on_result,
-                       faults=_faults)
+                       faults=_faults, samples=samples)
     _tune(tuner)
     return tuned_kernel(tuner, store)
 
@@ -103,6 +108,7 @@ class _Tuner:
     #: sizes the kernel keeps symbolic: every candidate is generic in them, timed at
     #: these inputs, and the best is stored for their bucket (``tuning.bucket``) too
     symbolic: tuple = ()
+    samples: list = field(default_factory=list)  # more inputs (lists of arrays)
     initial: list = field(default_factory=list)  # starting points besides the defaults
     space: Space | None = None
     probe: dict = field(default_factory=dict)  # what the accelerator probe found
@@ -139,7 +145,7 @@ def _check_arguments(kernel, budget, progress) -> None:
                           f"got {progress!r}")
 
 
-def _new_tuner(kernel, inputs, t_start, *, budget, timeout, jobs, faults,
+def _new_tuner(kernel, inputs, t_start, *, budget, timeout, jobs, faults, samples=(),
                **settings) -> _Tuner:
     """The inputs as arrays, their sizes, the machine, and the defaults of ``timeout``
     and ``jobs``."""
@@ -149,6 +155,13 @@ def _new_tuner(kernel, inputs, t_start, *, budget, timeout, jobs, faults,
     program = kernel.program
     arrays = A.as_arrays(program, inputs)
     env = A.bind_sizes(program, arrays)
+    more = []
+    for k, sample in enumerate(samples):
+        if not isinstance(sample, (tuple, list)):
+            raise PolytcError(f"autotune: samples[{k}] is a {type(sample).__name__}, not "
+                              "a tuple of inputs", hint="samples=[(A2, B2), (A3, B3)]")
+        more.append(A.as_arrays(program, sample))
+        A.bind_sizes(program, more[-1])  # (checked: consistent sizes)
     machine = host()
     tuner = _Tuner(kernel=kernel, program=program, arrays=arrays, env=env, machine=machine,
                    target=kernel.target, t_start=t_start, budget=budget,
@@ -156,6 +169,7 @@ def _new_tuner(kernel, inputs, t_start, *, budget, timeout, jobs, faults,
                    jobs=max(1, int(jobs) if jobs else min(2, machine.cores)),
                    faults=dict(faults or {}), **settings)
     tuner.symbolic = bridge.symbolic_sizes(kernel, env)
+    tuner.samples = more
     tuner.initial = _starting_points(kernel, program, env, tuner.target, tuner.symbolic)
     return tuner
 
@@ -206,7 +220,7 @@ def _tune(tuner: _Tuner) -> None:
 
 
 def _start_workers(tuner: _Tuner, session: str) -> Pool:
-    dump(os.path.join(session, INPUTS), tuner.arrays)
+    dump(os.path.join(session, INPUTS), [tuner.arrays] + tuner.samples)
     init = ("init", session, str(tuner.program), tuner.program.name, tuner.target)
     return Pool(session, init, tuner.jobs, start_timeout=max(60.0, tuner.timeout))
 
@@ -232,8 +246,11 @@ def _prepare(tuner: _Tuner, pool: Pool, session: str) -> None:
     if not ok:  # the default options failed: the numpy oracle decides
         from ..lang.reference import run as oracle
 
-        got = oracle(tuner.program, tuner.arrays)
-        dump(os.path.join(session, REFERENCE), [got[t.name] for t in tuner.program.outputs])
+        outs = []
+        for arrays in [tuner.arrays] + tuner.samples:
+            got = oracle(tuner.program, arrays)
+            outs.append([got[t.name] for t in tuner.program.outputs])
+        dump(os.path.join(session, REFERENCE), outs)
     probe = tuner.probe
     tuner.space = Space.for_problem(tuner.program, tuner.env, tuner.machine,
                                     contraction=contraction is not False,

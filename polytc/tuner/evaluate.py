@@ -1,15 +1,16 @@
 """The worker's side of ``polytc.autotune``: what a worker process does with each request
 (:class:`WorkerState`), and the files of a tuning session it shares with the tuner.
 
-A session is a temporary directory: ``inputs.pkl`` holds the inputs (written by the
-tuner before the workers start), ``reference.pkl`` the reference outputs (written by the
-worker that computes them with the default options on the C target, or by the tuner
-from the numpy oracle when that fails).  Requests are tuples: ``("reference",)``,
-``("probe",)``, ``("compile", options_json, fault)`` and ``("time", options_json,
-best_seconds or None, fault)``; a reply is a dict (see :meth:`WorkerState.handle`).  A
-time is the minimum of a number of runs that fills about ``MEASURE_S`` seconds; a first
-run ``CUTOFF`` times slower than the best so far is not measured further.  ``fault`` is
-a test hook (:func:`inject`).
+A session is a temporary directory: ``inputs.pkl`` holds the samples, lists of inputs,
+the first the call's and then ``samples``' (written by the tuner before the workers
+start), ``reference.pkl`` each sample's reference outputs (written by the worker that
+computes them with the default options on the C target, or by the tuner from the numpy
+oracle when that fails); a candidate's time is the sum of its times on the samples.
+Requests are tuples: ``("reference",)``, ``("probe",)``, ``("compile", options_json,
+fault)`` and ``("time", options_json, best_seconds or None, fault)``; a reply is a dict
+(see :meth:`WorkerState.handle`).  A time is the minimum of a number of runs that fills
+about ``MEASURE_S`` seconds; a first run ``CUTOFF`` times slower than the best so far is
+not measured further.  ``fault`` is a test hook (:func:`inject`).
 """
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ class WorkerState:
         self.session = session
         self.target = target
         self.program = bridge.program_from_text(text, name)
-        self.inputs = _load(os.path.join(session, INPUTS))
+        self.samples = _load(os.path.join(session, INPUTS))
+        self.inputs = self.samples[0]
         self.reference = None
         if target != "c":  # the device's start-up belongs to the worker's, not a candidate's
             try:
@@ -92,9 +94,9 @@ class WorkerState:
             except Exception:  # noqa: BLE001 - no device: each candidate fails on its own
                 pass
 
-    def kernel(self, options_json):
+    def kernel(self, options_json, inputs=None):
         return bridge.specialize(self.program, Options.from_json(options_json),
-                                 self.target, self.inputs)
+                                 self.target, self.inputs if inputs is None else inputs)
 
     def handle(self, msg):
         what = msg[0]
@@ -129,7 +131,9 @@ class WorkerState:
         # the default options on the C target (on an accelerator too: its candidates
         # are checked against the most tested code path)
         ck = bridge.specialize(self.program, Options(), "c", self.inputs)
-        outs = _as_list(bridge.run(ck, self.inputs))
+        outs = [_as_list(bridge.run(ck, self.inputs))] + [
+            _as_list(bridge.run(bridge.specialize(self.program, Options(), "c", s), s))
+            for s in self.samples[1:]]
         dump(os.path.join(self.session, REFERENCE), outs)
         contraction = None
         try:  # whether the tiler found a contraction (decides the search space)
@@ -150,9 +154,11 @@ class WorkerState:
         first = time.perf_counter() - t0
         if kind == "wrong":
             outs = [o + 1 for o in outs]
-        wrong = _compare(outs, self.reference)
+        wrong = _compare(outs, self.reference[0])
         if wrong is not None:
             return {"wrong": wrong}
+        if len(self.samples) > 1:
+            return self._over_samples(options_json, ck)
         if self.target != "c":
             # a call also copies to and from the device: time the launches alone
             first = bridge.benchmark(ck, self.inputs, repeat=1, warmup=1)["min"]
@@ -166,6 +172,23 @@ class WorkerState:
         r = bridge.benchmark(ck, self.inputs, repeat=repeat, warmup=1)
         # the minimum: noise from other processes only ever adds time
         return {"time": r["min"], "median": r["median"], "repeat": repeat}
+
+    def _over_samples(self, options_json, ck):
+        """The sum over the samples of the candidate's times (each checked against its
+        reference first): it serves them all (a bucket of sizes)."""
+        total = med = 0.0
+        for k, inputs in enumerate(self.samples):
+            cki = ck if k == 0 else self.kernel(options_json, inputs)
+            if k:
+                wrong = _compare(_as_list(bridge.run(cki, inputs)), self.reference[k])
+                if wrong is not None:
+                    return {"wrong": f"sample {k}: {wrong}"}
+            first = bridge.benchmark(cki, inputs, repeat=1, warmup=0)["min"]
+            repeat = max(MIN_REPEAT, min(MAX_REPEAT, int(MEASURE_S / len(self.samples) /
+                                                         max(first, 1e-7))))
+            r = bridge.benchmark(cki, inputs, repeat=repeat, warmup=1)
+            total, med = total + r["min"], med + r["median"]
+        return {"time": total, "median": med, "samples": len(self.samples)}
 
 
 def _compare(outs, reference):

@@ -52,6 +52,7 @@ def _summary(tuner, ok: list) -> dict:
         "stopped": tuner.stopped,
         "seed": tuner.seed, "population": tuner.population, "budget": tuner.budget,
         "target": tuner.target,
+        "samples": 1 + len(tuner.samples),  # (the time: their sum)
         "elapsed": time.monotonic() - tuner.t_start,
         "machine": tuner.machine.key(),
         "space": _space_facts(tuner.space, tuner.probe),
