@@ -41,23 +41,22 @@ def unsigned(r, a: str, za: str):
         return None
     z8 = r.const((zv.astype(np.int32) + 128).astype(np.uint8))
     attrs = {k: v for k, v in q.attrs if k != "output_dtype"}
-    return r.op("QuantizeLinear", [q.inputs[0], q.inputs[1], z8], np.uint8,
-                   **attrs), z8
+    return r.op("QuantizeLinear", [q.inputs[0], q.inputs[1], z8], np.uint8, **attrs), z8
+
 
 def words(r, a: str, za: str, b: str, zb: str, out: str | None = None):
     """The int32 product ``(A - a0)(B - b0)`` as ``MatMulWords(QuantWords(A), Bw) -
     a0 * colsum(B - b0)`` where the CPU has an int8 dot-product instruction
     (``Machine.int8_dot``): ``A`` uint8 (``unsigned``) of rows of a multiple of 4,
-    ``a0`` one value, ``B`` a constant matrix whose centred values are int8, packed four rows
-    to a word (``Bw(k, j)`` holds ``B(4k..4k+3, j)``).  Its name (``out`` when
+    ``a0`` one value, ``B`` a constant matrix whose centred values are int8, packed four
+    rows to a word (``Bw(k, j)`` holds ``B(4k..4k+3, j)``).  Its name (``out`` when
     given), or None (nothing done) otherwise."""
-    at, zat = r.type_of(a), r.type_of(za) if za else None
+    at = r.type_of(a)
     bv, zbv = r.value(b), r.value(zb) if zb else np.zeros((), np.int32)
     if not words_enabled() or at is None or at.dtype.itemsize != 1 or at.shape is None \
             or at.rank < 2 or not isinstance(at.shape[-1], int) or at.shape[-1] % 4 or \
             bv is None or bv.ndim != 2 or bv.dtype.itemsize != 1 or zbv is None or \
-            zbv.size not in (1, bv.shape[1]) or \
-            (za and not (zat is not None and zat.static and math.prod(zat.shape) == 1)):
+            zbv.size not in (1, bv.shape[1]) or (za and not _one(r, za)):
         return None
     centred = bv.astype(np.int32) - zbv.reshape(-1).astype(np.int32)
     if centred.min(initial=0) < -128 or centred.max(initial=0) > 127 or \
@@ -68,36 +67,39 @@ def words(r, a: str, za: str, b: str, zb: str, out: str | None = None):
         return None
     a, za = made
     k, n = centred.shape
-    words = np.ascontiguousarray(centred.astype(np.int8).reshape(k // 4, 4, n)
-                                 .transpose(0, 2, 1)).view(np.int32).reshape(k // 4, n)
+    packed = np.ascontiguousarray(centred.astype(np.int8).reshape(k // 4, 4, n)
+                                  .transpose(0, 2, 1)).view(np.int32).reshape(k // 4, n)
     aw = r.op("QuantWords", [a], np.int32)
     if not za:
-        return r.op("MatMulWords", [aw, r.const(words)], np.int32, out=out)
-    prod = r.op("MatMulWords", [aw, r.const(words)], np.int32)
-    colsum = centred.sum(axis=0, dtype=np.int32)
-    zav = r.value(za)
-    corr = r.const(zav.astype(np.int32).reshape(()) * colsum) if zav is not None \
-        else r.op("Mul", [r.op("Cast", [za], np.int32, to=I32),
-                             r.const(colsum)], np.int32)
-    return r.op("Sub", [prod, corr], np.int32, out=out)
+        return r.op("MatMulWords", [aw, r.const(packed)], np.int32, out=out)
+    prod = r.op("MatMulWords", [aw, r.const(packed)], np.int32)
+    return _minus_zero(r, prod, za, centred.sum(axis=0, dtype=np.int32), out)
+
+
+def _minus_zero(r, acc: str, zero: str, sums, out):
+    """``acc - zero * sums`` in int32 (``sums``: the centred weights' sums, a constant;
+    the zero point one value, constant or not)."""
+    zv = r.value(zero)
+    corr = r.const(zv.astype(np.int32).reshape(()) * sums) if zv is not None else \
+        r.op("Mul", [r.op("Cast", [zero], np.int32, to=I32), r.const(sums)], np.int32)
+    return r.op("Sub", [acc, corr], np.int32, out=out)
 
 
 def conv_words(r, x: str, zx: str, w: str, zw: str, attrs: tuple,
                out: str | None = None):
     """The int32 convolution of ``x - x0`` by ``w - w0`` as ``ConvWords(x, Ww, x0) -
-    x0 * sums(w - w0)`` (``ops/nn.py``: four input channels to a word) where the CPU
+    x0 * sums(w - w0)`` (``ops/words.py``: four input channels to a word) where the CPU
     has an int8 dot-product instruction: ``x`` uint8 (``unsigned``) with one zero
     point, ``w`` a constant whose centred values are int8 (``w0`` per tensor or per
     output channel), no groups.  Its name (``out`` when given), or None (nothing
     done)."""
-    xt, zt = r.type_of(x), r.type_of(zx) if zx else None
+    xt = r.type_of(x)
     wv, zwv = r.value(w), r.value(zw) if zw else np.zeros((), np.int32)
     if not words_enabled() or xt is None or xt.dtype.itemsize != 1 or wv is None or \
             wv.ndim < 3 or wv.dtype.itemsize != 1 or (xt.shape is not None and (
                 xt.rank != wv.ndim or xt.shape[1] != wv.shape[1])) or \
             zwv is None or zwv.size not in (1, wv.shape[0]) or \
-            dict(attrs).get("group", 1) != 1 or \
-            (zx and not (zt is not None and zt.static and math.prod(zt.shape) == 1)):
+            dict(attrs).get("group", 1) != 1 or (zx and not _one(r, zx)):
         return None
     lead = (-1,) + (1,) * (wv.ndim - 1)
     centred = wv.astype(np.int32) - zwv.reshape(lead if zwv.size > 1 else ()).astype(
@@ -111,26 +113,22 @@ def conv_words(r, x: str, zx: str, w: str, zw: str, attrs: tuple,
     c4 = -(-c // 4)
     padded = np.zeros((m, 4 * c4) + centred.shape[2:], np.int8)
     padded[:, :c] = centred
-    words = np.ascontiguousarray(np.moveaxis(padded.reshape(
+    packed = np.ascontiguousarray(np.moveaxis(padded.reshape(
         (m, c4, 4) + centred.shape[2:]), 2, -1)).view(np.int32).reshape(
         (m, c4) + centred.shape[2:])
-    ins = [x, r.const(words)] + ([zx] if zx else [])
+    ins = [x, r.const(packed)] + ([zx] if zx else [])
     if not zx:
         return r.op("ConvWords", ins, np.int32, out=out, **dict(attrs))
     acc = r.op("ConvWords", ins, np.int32, **dict(attrs))
     sums = centred.reshape(m, -1).sum(axis=1, dtype=np.int32).reshape(lead[:-1])
-    zxv = r.value(zx)
-    corr = r.const(zxv.astype(np.int32).reshape(()) * sums) if zxv is not None \
-        else r.op("Mul", [r.op("Cast", [zx], np.int32, to=I32),
-                             r.const(sums)], np.int32)
-    return r.op("Sub", [acc, corr], np.int32, out=out)
+    return _minus_zero(r, acc, zx, sums, out)
 
 
 def dequantised_matmul(r) -> bool:
     """A QDQ model's ``MatMul(DequantizeLinear(xq, sx, zx), DequantizeLinear(wq, sw,
     zw))`` (``quantize_static``) with one scale ``sx`` and constant int8 weights ``wq``
     (``sw`` per tensor or per column) as onnxruntime runs it: ``float(MatMulWords(..) -
-    zx * colsum) * (sx * sw)`` (``_Rewrite.words``); False (nothing done) otherwise."""
+    zx * colsum) * (sx * sw)`` (``words``); False (nothing done) otherwise."""
     pair = _dequantised(r, axis=1)
     if pair is None:
         return False
@@ -146,7 +144,7 @@ def dequantised_matmul(r) -> bool:
 def dequantised_conv(r) -> bool:
     """A QDQ model's ``Conv(DequantizeLinear(xq, sx, zx), DequantizeLinear(wq, sw, zw),
     bias)`` as onnxruntime runs it: ``float(ConvWords(..) - zx * sums) * (sx * sw) +
-    bias`` (``_Rewrite.conv_words``; ``sw`` per tensor or per output channel); False
+    bias`` (``conv_words``; ``sw`` per tensor or per output channel); False
     (nothing done) otherwise."""
     pair = _dequantised(r, axis=0)
     if pair is None:
@@ -175,10 +173,9 @@ def _dequantised(r, axis: int):
                                        p.attr("block_size", 0) for p in (pa, pb)):
         return None
     (xq, sx, zx), (wq, sw, zw) = ((p.inputs + ("", ""))[:3] for p in (pa, pb))
-    st, swv, wt = r.type_of(sx), r.value(sw), r.type_of(wq)
-    if st is None or not st.static or math.prod(st.shape) != 1 or swv is None or \
-            wt is None or wt.rank is None or wt.rank < 2 or (swv.size > 1 and (
-                swv.ndim != 1 or pb.attr("axis", 1) % wt.rank != axis)):
+    swv, wt = r.value(sw), r.type_of(wq)
+    if not _one(r, sx) or swv is None or wt is None or wt.rank is None or wt.rank < 2 or \
+            (swv.size > 1 and (swv.ndim != 1 or pb.attr("axis", 1) % wt.rank != axis)):
         return None
     return (xq, sx, zx), (wq, sw, zw)
 
@@ -200,8 +197,7 @@ def requantised_pair(r) -> bool:
     zt, xt = r.type_of(z), r.type_of(q.inputs[0])
     if zt is None or zt.dtype.itemsize != 1 or xt is None or xt.dtype != np.float32 or \
             r.value(q.inputs[0]) is not None or \
-            not (_same(r, s, s2) and _same(r, z, z2)) or not zt.static or \
-            math.prod(zt.shape) != 1 or not _one(r, s):
+            not (_same(r, s, s2) and _same(r, z, z2)) or not _one(r, z) or not _one(r, s):
         return False
     f = r.op("QuantizeLinear", q.inputs[:3], np.float32, output_dtype=F32)
     zv = r.value(z)
@@ -221,5 +217,6 @@ def _same(r, a: str, b: str) -> bool:
 
 
 def _one(r, v: str) -> bool:
+    """Whether the value ``v`` has one element (its shape known)."""
     t = r.type_of(v)
     return t is not None and t.static and math.prod(t.shape) == 1
