@@ -88,6 +88,13 @@ def test_contraction_and_softmax_accumulate_in_float(dtype):
     np.testing.assert_allclose(c, oracle["C"], rtol=1e-5, atol=1e-4)
 
 
+def test_a_reduction_of_half_values_into_a_temporary_is_float():
+    k = polytc.tc("def f(float16(N, K) A) -> (O) {\n  s(i) +=! A(i, k)\n  O(i) = s(i)\n}")
+    assert {t.name: t.dtype.name for t in k.program.tensors}["s"] == "float"
+    a = np.full((3, 4000), 0.1, np.float16)
+    np.testing.assert_allclose(k(a), a.astype(np.float32).sum(1), rtol=1e-5)
+
+
 def test_gpu_targets_refuse_half_tensors():
     from polytc.compiler import pipeline
     from polytc.runtime.cuda import default_device

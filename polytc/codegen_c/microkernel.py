@@ -134,7 +134,7 @@ def _vectorisable(e) -> bool:
 
 def _dot4(e):
     """The operands of ``e`` when it is ``dot4(x, y)`` of reads and constants, else None:
-    a quantised product, one ``vpdpbusd`` per vector (``cexpr.dot4_helpers``)."""
+    a quantised product, one ``vpdpbusd`` per vector (``cexpr.vdot4_helpers``)."""
     if isinstance(e, P.Apply) and e.func == "dot4" and \
             all(isinstance(a, (P.Read, P.Const)) for a in e.args):
         return e.args

@@ -450,7 +450,8 @@ class FunctionChecker:
         order = _order(all_vars, known, st.span)
         ranges = tuple(P.Range(v, *known[v]) for v in order)
         dtype = target.dtype if target is not None else rhs.dtype
-        if target is None and isinstance(rhs.e, P.Convert) and rhs.e.value.dtype.is_half:
+        if target is None and op is None and isinstance(rhs.e, P.Convert) and \
+                rhs.e.value.dtype.is_half:
             dtype = rhs.e.value.dtype  # a 16-bit value (a read, a cast) stays 16-bit
         if target is None:
             iv = R.Interval(known)
