@@ -148,8 +148,8 @@ def _compiled_graph(op, inputs, consts, **attrs):
 
 def test_quantise_dequantise_pair_runs_in_float():
     """A QDQ model's round trip of an activation, DequantizeLinear(QuantizeLinear(x)),
-    runs as polytc's QuantizeLinear to a float (no 8-bit value in between): exactly
-    onnxruntime's values."""
+    runs as polytc's QuantizeLinear to a float, dequantised as a float (no 8-bit value
+    in between): exactly onnxruntime's values."""
     s, z = np.float32(0.037), np.array(120, U8)
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
              helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
@@ -158,9 +158,10 @@ def test_quantise_dequantise_pair_runs_in_float():
     m = _model(nodes, {"x": x}, ["y"], {"s": s, "z": z}, opset=17)
     run_model(m, feeds={"x": x}, rtol=0, atol=0)
     g = polytc.onnx.compile(m).graph
-    assert "DequantizeLinear" not in {n.op for n in g.nodes}
     assert [n.attr("output_dtype") for n in g.nodes if n.op == "QuantizeLinear"] == \
         [onnx.TensorProto.FLOAT]
+    (dq,) = [n for n in g.nodes if n.op == "DequantizeLinear"]
+    assert g.type_of(dq.inputs[0]).dtype == np.float32
 
 
 def test_qlinear_matmul():
@@ -336,6 +337,21 @@ def test_quantised_models(name, static, words, tmp_path, monkeypatch):
     assert np.abs(got - want).mean() <= 0.05 * error + 1e-6
     on_words = {n.op for n in session.graph.nodes} & {"MatMulWords", "ConvWords"}
     assert bool(on_words) == (words == "1")
+
+
+def test_layers_of_one_shape_share_their_int8_kernel(tmp_path, monkeypatch):
+    """The scales and zero-point sums of a QDQ product on int8 words are its kernel's
+    inputs, not numbers in its code: two layers of one shape compile one kernel."""
+    from polytc.graph import examples as ex
+
+    monkeypatch.setenv("POLYTC_INT8_DOT", "1")
+    q = _quantised(ex.mlp(4, (64, 64, 64, 10)), tmp_path, "qdq")
+    session = polytc.onnx.compile(q)
+    session.run(None, ex.example_inputs(q, seed=0))
+    (plan,) = session._plans.values()
+    words = [s for s in plan.steps if "MatMulWords" in getattr(s, "ops", ())]
+    codes = {plan.kernels[s.name].code for s in words}
+    assert len(words) == 3 and len(codes) == 2  # 64 -> 64 twice, then 64 -> 10
 
 
 def _dynamic_matmul(k=16):

@@ -31,7 +31,7 @@ import onnx
 
 from .ir import Graph, Node, TensorType
 from .qwords import (conv_words, dequantised_conv, dequantised_matmul, requantised_pair,
-                     words, words_enabled)
+                     scaled, words, words_enabled)
 
 I32, F32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
 
@@ -250,10 +250,16 @@ def _qgemm(r: _Rewrite) -> None:
 def _matmul_to_float(r: _Rewrite, a: str, za: str, sa: str, b: str, zb: str, sb: str,
                      bias: str) -> None:
     """The node's float output: ``float((A - za)(B - zb)) * (sa * sb) + bias``, the
-    product on int8 words where it can (``_Rewrite.words``), else in int32."""
-    acc = words(r, a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
-    y = r.op("Mul", [r.op("Cast", [acc], np.float32, to=F32), r.multiplier(sa, sb, "", 0)],
-             np.float32, out=None if bias else r.node.outputs[0])
+    product on int8 words where it can (``qwords.words``, scaled by ``qwords.scaled``),
+    else in int32."""
+    y = r.node.outputs[0] if not bias else r._name()
+    made = words(r, a, za, b, zb, split=True)
+    if made is not None:
+        scaled(r, made, r.multiplier(sa, sb, "", 0), -1, r.value(b).shape[1], y)
+    else:
+        acc = r.product("MatMul", (a, za, 1), (b, zb, 0))
+        r.op("Mul", [r.op("Cast", [acc], np.float32, to=F32), r.multiplier(sa, sb, "", 0)],
+             np.float32, out=y)
     if bias:
         r.op("Add", [y, bias], np.float32, out=r.node.outputs[0])
 
@@ -387,12 +393,13 @@ def _per_axis(node: Node, p: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def fold_dequantize(node: Node, values: list):
-    """DequantizeLinear of constants (a quantised model's weights), as the lowering
-    computes it (onnx's reference has no implementation before opset 19)."""
+    """DequantizeLinear of constants (a quantised model's weights, or polytc's float
+    form of a quantised value), as the lowering computes it (onnx's reference has no
+    implementation before opset 19)."""
     x, s = values[0], values[1]
-    if x.dtype.kind not in "iu" or s.dtype.kind != "f" or x.dtype.itemsize > 4:
+    if x.dtype.kind not in "iuf" or s.dtype.kind != "f" or x.dtype.itemsize > 4:
         return None
-    d = x.astype(np.int32)
+    d = x.astype(s.dtype if x.dtype.kind == "f" else np.int32)
     if len(values) > 2 and values[2] is not None:
         d = d - _per_axis(node, values[2], x).astype(np.int32)
     return [d.astype(s.dtype) * _per_axis(node, s, x)]

@@ -44,13 +44,14 @@ def unsigned(r, a: str, za: str):
     return r.op("QuantizeLinear", [q.inputs[0], q.inputs[1], z8], np.uint8, **attrs), z8
 
 
-def words(r, a: str, za: str, b: str, zb: str, out: str | None = None):
+def words(r, a: str, za: str, b: str, zb: str, out: str | None = None, split=False):
     """The int32 product ``(A - a0)(B - b0)`` as ``MatMulWords(QuantWords(A), Bw) -
     a0 * colsum(B - b0)`` where the CPU has an int8 dot-product instruction
     (``Machine.int8_dot``): ``A`` uint8 (``unsigned``) of rows of a multiple of 4,
     ``a0`` one value, ``B`` a constant matrix whose centred values are int8, packed four
     rows to a word (``Bw(k, j)`` holds ``B(4k..4k+3, j)``).  Its name (``out`` when
-    given), or None (nothing done) otherwise."""
+    given), or None (nothing done) otherwise; ``split``: ``(product, a0 * colsum or
+    None)`` instead (``scaled`` takes them)."""
     at = r.type_of(a)
     bv, zbv = r.value(b), r.value(zb) if zb else np.zeros((), np.int32)
     if not words_enabled() or at is None or at.dtype.itemsize != 1 or at.shape is None \
@@ -70,29 +71,45 @@ def words(r, a: str, za: str, b: str, zb: str, out: str | None = None):
     packed = np.ascontiguousarray(centred.astype(np.int8).reshape(k // 4, 4, n)
                                   .transpose(0, 2, 1)).view(np.int32).reshape(k // 4, n)
     aw = r.op("QuantWords", [a], np.int32)
-    if not za:
+    if not za and not split:
         return r.op("MatMulWords", [aw, r.const(packed)], np.int32, out=out)
     prod = r.op("MatMulWords", [aw, r.const(packed)], np.int32)
-    return _minus_zero(r, prod, za, centred.sum(axis=0, dtype=np.int32), out)
+    corr = _zero_sums(r, za, centred.sum(axis=0, dtype=np.int32)) if za else None
+    return (prod, corr) if split else r.op("Sub", [prod, corr], np.int32, out=out)
 
 
-def _minus_zero(r, acc: str, zero: str, sums, out):
-    """``acc - zero * sums`` in int32 (``sums``: the centred weights' sums, a constant;
-    the zero point one value, constant or not)."""
+def _zero_sums(r, zero: str, sums) -> str:
+    """``zero * sums`` in int32 (``sums``: the centred weights' sums, a constant; the
+    zero point one value, constant or not): what the zero point takes off the sums."""
     zv = r.value(zero)
-    corr = r.const(zv.astype(np.int32).reshape(()) * sums) if zv is not None else \
+    return r.const(zv.astype(np.int32).reshape(()) * sums) if zv is not None else \
         r.op("Mul", [r.op("Cast", [zero], np.int32, to=I32), r.const(sums)], np.int32)
-    return r.op("Sub", [acc, corr], np.int32, out=out)
+
+
+def scaled(r, made, scale: str, axis: int, n: int, out: str) -> None:
+    """``out = float(product - zero sums) * scale`` of a ``split`` product ``made``, as
+    a DequantizeLinear along ``axis`` (``n`` elements): the scale and the zero sums are
+    the kernel's inputs, not numbers in its code (a literal scale per layer made every
+    layer's kernel another: a QDQ BERT-2L compiled 29 kernels where 11 serve)."""
+    prod, corr = made
+    sv = r.value(scale)
+    if corr is None and sv is not None and sv.size == 1:
+        r.op("DequantizeLinear", [prod, r.const(sv.reshape(()))], np.float32, out=out)
+        return
+    if sv is not None:
+        scale = r.const(np.broadcast_to(sv.reshape(-1), (n,)).astype(np.float32))
+    zero = corr or r.const(np.zeros(n, np.int32))
+    r.op("DequantizeLinear", [prod, scale, zero], np.float32, out=out, axis=axis)
 
 
 def conv_words(r, x: str, zx: str, w: str, zw: str, attrs: tuple,
-               out: str | None = None):
+               out: str | None = None, split=False):
     """The int32 convolution of ``x - x0`` by ``w - w0`` as ``ConvWords(x, Ww, x0) -
     x0 * sums(w - w0)`` (``ops/words.py``: four input channels to a word) where the CPU
     has an int8 dot-product instruction: ``x`` uint8 (``unsigned``) with one zero
     point, ``w`` a constant whose centred values are int8 (``w0`` per tensor or per
     output channel), no groups.  Its name (``out`` when given), or None (nothing
-    done)."""
+    done); ``split``: as ``words``'s."""
     xt = r.type_of(x)
     wv, zwv = r.value(w), r.value(zw) if zw else np.zeros((), np.int32)
     if not words_enabled() or xt is None or xt.dtype.itemsize != 1 or wv is None or \
@@ -117,11 +134,14 @@ def conv_words(r, x: str, zx: str, w: str, zw: str, attrs: tuple,
         (m, c4, 4) + centred.shape[2:]), 2, -1)).view(np.int32).reshape(
         (m, c4) + centred.shape[2:])
     ins = [x, r.const(packed)] + ([zx] if zx else [])
-    if not zx:
+    if not zx and not split:
         return r.op("ConvWords", ins, np.int32, out=out, **dict(attrs))
     acc = r.op("ConvWords", ins, np.int32, **dict(attrs))
-    sums = centred.reshape(m, -1).sum(axis=1, dtype=np.int32).reshape(lead[:-1])
-    return _minus_zero(r, acc, zx, sums, out)
+    sums = centred.reshape(m, -1).sum(axis=1, dtype=np.int32)
+    if split:
+        return acc, _zero_sums(r, zx, sums) if zx else None
+    corr = _zero_sums(r, zx, sums.reshape(lead[:-1]))
+    return r.op("Sub", [acc, corr], np.int32, out=out)
 
 
 def dequantised_matmul(r) -> bool:
@@ -133,11 +153,11 @@ def dequantised_matmul(r) -> bool:
     if pair is None:
         return False
     (xq, sx, zx), (wq, sw, zw) = pair
-    acc = words(r, xq, zx, wq, zw)
-    if acc is None:
+    made = words(r, xq, zx, wq, zw, split=True)
+    if made is None:
         return False
-    f = r.op("Cast", [acc], np.float32, to=F32)
-    r.op("Mul", [f, r.multiplier(sx, sw, "", 0)], np.float32, out=r.node.outputs[0])
+    n = r.value(wq).shape[1]
+    scaled(r, made, r.multiplier(sx, sw, "", 0), -1, n, r.node.outputs[0])
     return True
 
 
@@ -150,14 +170,13 @@ def dequantised_conv(r) -> bool:
     if pair is None:
         return False
     (xq, sx, zx), (wq, sw, zw) = pair
-    acc = conv_words(r, xq, zx, wq, zw, r.node.attrs)
-    if acc is None:
+    made = conv_words(r, xq, zx, wq, zw, r.node.attrs, split=True)
+    if made is None:
         return False
-    wt = r.type_of(wq)
-    column = wt.rank - 2
-    mult = r.multiplier(sx, sw, "", column)
-    y = r.op("Mul", [r.op("Cast", [acc], np.float32, to=F32), mult], np.float32,
-             out=None if r.input(2) else r.node.outputs[0])
+    wv = r.value(wq)
+    column = wv.ndim - 2
+    y = r.node.outputs[0] if not r.input(2) else r._name()
+    scaled(r, made, r.multiplier(sx, sw, "", 0), 1, wv.shape[0], y)
     if r.input(2):
         b = r.op("Unsqueeze", [r.input(2), r.const(np.arange(1, column + 1))], np.float32)
         r.op("Add", [y, b], np.float32, out=r.node.outputs[0])
@@ -200,10 +219,7 @@ def requantised_pair(r) -> bool:
             not (_same(r, s, s2) and _same(r, z, z2)) or not _one(r, z) or not _one(r, s):
         return False
     f = r.op("QuantizeLinear", q.inputs[:3], np.float32, output_dtype=F32)
-    zv = r.value(z)
-    zf = r.const(zv.astype(np.float32).reshape(zt.shape)) if zv is not None else \
-        r.op("Cast", [z], np.float32, to=F32)
-    r.op("Mul", [r.op("Sub", [f, zf], np.float32), s], np.float32, out=r.node.outputs[0])
+    r.op("DequantizeLinear", [f, s, z], np.float32, out=r.node.outputs[0])  # (of a float)
     return True
 
 

@@ -76,15 +76,18 @@ def _quantize(ctx):
 def _dequantize(ctx):
     x, s = ctx.input(0), ctx.input(1)
     z = ctx.input(2, required=False) if len(ctx.inputs) > 2 else None
-    if x.dtype not in _RANGES or s.dtype.kind != "f":
+    # a float x: polytc's QuantizeLinear to a float, whole numbers in the zero point's
+    # range (graph/qwords.py: a round trip in float)
+    if (x.dtype not in _RANGES and x.dtype != s.dtype) or s.dtype.kind != "f":
         ctx.fail(f"dequantising {x.dtype.name} with a {s.dtype.name} scale is not "
                  "supported", unsupported=True)
     y = ctx.out(0, x.shape, s.dtype)
     i = idx(x.rank)
     xs = x(*i) if x.rank else x.name
-    d = f"int32({xs})" if x.dtype != np.int32 else xs
-    if z is not None:
-        d = f"({d} - int32({_param_read(ctx, z, x, i, 'zero point')}))"
     t = tc_type(s.dtype)
+    cast = t if x.dtype.kind == "f" else "int32"
+    d = f"{cast}({xs})" if x.dtype != np.int32 else xs
+    if z is not None:
+        d = f"({d} - {cast}({_param_read(ctx, z, x, i, 'zero point')}))"
     ctx.emit(y, i, f"{t}({d}) * {_param_read(ctx, s, x, i, 'scale')}")
     ctx.result.kind = "elementwise"
