@@ -354,6 +354,21 @@ def test_layers_of_one_shape_share_their_int8_kernel(tmp_path, monkeypatch):
     assert len(words) == 3 and len(codes) == 2  # 64 -> 64 twice, then 64 -> 10
 
 
+def test_int8_words_with_a_symbolic_batch(tmp_path, monkeypatch):
+    """A quantised CNN exported with a symbolic batch: its convolutions and products on
+    int8 words serve every batch, onnxruntime's results at each."""
+    from polytc.graph import examples as ex
+
+    monkeypatch.setenv("POLYTC_INT8_DOT", "1")
+    q = _quantised(ex.small_cnn("N", image=16), tmp_path)
+    session = polytc.onnx.compile(q)
+    assert {"ConvWords", "MatMulWords"} <= {n.op for n in session.graph.nodes}
+    for batch in (1, 3):
+        feeds = ex.example_inputs(q, batch=batch, seed=batch)
+        np.testing.assert_allclose(session.run(None, feeds)[0], reference(q, feeds)[0],
+                                   rtol=1e-5, atol=1e-5)
+
+
 def _dynamic_matmul(k=16):
     """x (float) -> DynamicQuantizeLinear -> MatMulInteger(constant int8 weights) -> Cast
     to float * scales: what quantize_dynamic writes for a MatMul."""
