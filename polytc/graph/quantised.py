@@ -154,9 +154,17 @@ class _Rewrite:
         product = self.op("Mul", [sa, sb], np.float32)
         return self.op("Div", [product, sy], np.float32) if sy else product
 
-    def requantised(self, acc: str, mult: str, zero: str) -> None:
-        """The node's output: ``QuantizeLinear(float(acc) * mult, 1, zero)``."""
-        f = self.op("Mul", [self.op("Cast", [acc], np.float32, to=F32), mult], np.float32)
+    def requantised(self, acc: str, mult: str, zero: str, made=None, n: int = 0,
+                    axis: int = -1) -> None:
+        """The node's output: ``QuantizeLinear(float(acc) * mult, 1, zero)``; of a
+        ``split`` product on words ``made`` instead of ``acc`` (its ``n`` scales along
+        ``axis``), scaled as ``qwords.scaled`` scales it."""
+        if made is None:
+            f = self.op("Mul", [self.op("Cast", [acc], np.float32, to=F32), mult],
+                        np.float32)
+        else:
+            f = self._name()
+            scaled(self, made, mult, axis, n, f)
         zt = self.type_of(zero) if zero else None
         self.op("QuantizeLinear", [f, self.const(np.float32(1.0)), zero],
                 zt.dtype if zt is not None else np.uint8, out=self.node.outputs[0])
@@ -205,7 +213,11 @@ def _conv_integer(r: _Rewrite) -> None:
 
 def _qlinear_matmul(r: _Rewrite) -> None:
     a, sa, za, b, sb, zb, sy, zy = (r.input(k) for k in range(8))
-    acc = words(r, a, za, b, zb) or r.product("MatMul", (a, za, 1), (b, zb, 0))
+    made = words(r, a, za, b, zb, split=True)
+    if made is not None:
+        r.requantised(None, r.multiplier(sa, sb, sy, 0), zy, made, r.value(b).shape[1])
+        return
+    acc = r.product("MatMul", (a, za, 1), (b, zb, 0))
     r.requantised(acc, r.multiplier(sa, sb, sy, 0), zy)
 
 
@@ -213,9 +225,19 @@ def _qlinear_conv(r: _Rewrite) -> None:
     x, sx, zx, w, sw, zw, sy, zy = (r.input(k) for k in range(8))
     t = r.type_of(w)
     nd = (t.rank - 1) if t is not None and t.rank else 3
-    acc = conv_words(r, x, zx, w, zw, r.node.attrs) or \
-        r.product("Conv", (x, zx, 0), (w, zw, nd), attrs=r.node.attrs)
     bias = r.input(8)
+    made = conv_words(r, x, zx, w, zw, r.node.attrs, split=True)
+    if made is not None:  # the bias joins the zero point's sums: acc - (sums - bias)
+        acc, corr = made
+        m = r.value(w).shape[0]
+        if bias:
+            bv, cv = r.value(bias), r.value(corr) if corr else np.zeros(m, np.int32)
+            corr = r.const((cv - bv.astype(np.int32)).reshape(-1)) \
+                if bv is not None and cv is not None else \
+                r.op("Sub", [corr or r.const(np.zeros(m, np.int32)), bias], np.int32)
+        r.requantised(None, r.multiplier(sx, sw, sy, 0), zy, (acc, corr), m, axis=1)
+        return
+    acc = r.product("Conv", (x, zx, 0), (w, zw, nd), attrs=r.node.attrs)
     if bias:
         bv = r.value(bias)
         b = r.const(bv.astype(np.int32).reshape((-1,) + (1,) * (nd - 1))) \
