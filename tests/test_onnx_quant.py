@@ -339,6 +339,34 @@ def test_quantised_models(name, static, words, tmp_path, monkeypatch):
     assert bool(on_words) == (words == "1")
 
 
+@pytest.mark.parametrize("xdtype", [U8, I8])
+def test_convolution_after_a_qlinear_add_runs_on_words(monkeypatch, xdtype):
+    """QOperator: a QLinearConv reads what a com.microsoft QLinearAdd made (rewritten
+    earlier in the pass into a QuantizeLinear, of no type ONNX infers): on int8 words
+    all the same (an int8 activation made again as uint8), onnxruntime's results."""
+    monkeypatch.setenv("POLYTC_INT8_DOT", "1")
+    t = onnx.TensorProto.UINT8 if xdtype == U8 else onnx.TensorProto.INT8
+    z = np.array(3 if xdtype == U8 else -2, xdtype)
+    consts = {"s": np.float32(0.05), "z": z, "w": _ints((6, 8, 3, 3), I8, seed=1),
+              "sw": np.float32(0.01), "zw": np.array(0, I8), "sy": np.float32(0.2),
+              "zy": z}
+    nodes = [helper.make_node("QLinearAdd", ["x", "s", "z", "x", "s", "z", "s", "z"],
+                              ["a"], domain="com.microsoft"),
+             helper.make_node("QLinearConv", ["a", "s", "z", "w", "sw", "zw", "sy", "zy"],
+                              ["y"], pads=[1, 1, 1, 1])]
+    vi = helper.make_tensor_value_info
+    m = helper.make_model(helper.make_graph(
+        nodes, "q", [vi("x", t, [1, 8, 6, 6])], [vi("y", t, [1, 6, 6, 6])],
+        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    x = _ints((1, 8, 6, 6), xdtype)
+    session = polytc.onnx.compile(m)
+    assert "ConvWords" in {n.op for n in session.graph.nodes}
+    got, want = session.run(None, {"x": x})[0], reference(m, {"x": x})[0]
+    assert got.dtype == want.dtype
+    assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
+
+
 def test_layers_of_one_shape_share_their_int8_kernel(tmp_path, monkeypatch):
     """The scales and zero-point sums of a QDQ product on int8 words are its kernel's
     inputs, not numbers in its code: two layers of one shape compile one kernel."""

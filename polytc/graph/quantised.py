@@ -25,9 +25,9 @@ elementwise lowerings (ops/quant.py).
 """
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
+from onnx import helper
 
 from .ir import Graph, Node, TensorType
 from .qwords import (conv_words, dequantised_conv, dequantised_matmul, requantised_pair,
@@ -294,24 +294,20 @@ def _matmul_integer_to_float(r: _Rewrite) -> None:
 
 def _dynamic_quantize_matmul(r: _Rewrite) -> None:
     """com.microsoft.DynamicQuantizeMatMul(A, B, sb, zb, bias): ``A`` quantised to uint8
-    at run time as DynamicQuantizeLinear does (its ONNX function body), then
+    at run time by DynamicQuantizeLinear's ONNX function body (``expand.py``), then
     ``MatMulIntegerToFloat``."""
-    a, b, sb, zb, bias = (r.input(k) for k in range(5))
-    f32 = np.float32
+    from .expand import expand_node
+    from .onnx_import import nodes_of
 
-    def reduce(op):
-        return r.op(op, [a], f32, keepdims=0)
-    lo = r.op("Min", [reduce("ReduceMin"), r.const(f32(0))], f32)
-    hi = r.op("Max", [reduce("ReduceMax"), r.const(f32(0))], f32)
-    scale = r.op("Div", [r.op("Sub", [hi, lo], f32), r.const(f32(255))], f32)
-    zero = r.op("Clip", [r.op("Sub", [r.const(f32(0)), r.op("Div", [lo, scale], f32)], f32),
-                         r.const(f32(0)), r.const(f32(255))], f32)
-    zero = r.op("Cast", [r.op("Round", [zero], f32)], np.uint8, to=onnx.TensorProto.UINT8)
-    q = r.op("QuantizeLinear", [a, scale, zero], np.uint8)
+    a, b, sb, zb, bias = (r.input(k) for k in range(5))
+    q, scale, zero = (r._name() for _ in range(3))
+    dql = helper.make_node("DynamicQuantizeLinear", [a], [q, scale, zero],
+                           name=f"{r.prefix}_dql")
+    r.nodes += nodes_of(helper.make_graph(expand_node(dql, r.g.opset, {}), "dql", [], []))
     at = r.type_of(a)  # (what the product on words reads)
-    r.types[zero] = TensorType(np.dtype(np.uint8), ())
-    if at is not None and at.shape is not None:
-        r.types[q] = TensorType(np.dtype(np.uint8), at.shape)
+    r.types.update({scale: TensorType(np.dtype(np.float32), ()),
+                    zero: TensorType(np.dtype(np.uint8), ()),
+                    q: TensorType(np.dtype(np.uint8), at.shape if at is not None else None)})
     _matmul_to_float(r, q, zero, scale, b, zb, sb, bias)
 
 

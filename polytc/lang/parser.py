@@ -20,7 +20,6 @@ from typing import NoReturn
 from ..diagnostics import Source, Span, TCSyntaxError
 from . import ast
 from .lexer import TYPE_KEYWORDS, Token, tokenize
-from .types import UNSUPPORTED_TYPE_NAMES
 
 _UNARY = ("acos acosh asin asinh atan atanh cbrt ceil cos cosh cospi cyl_bessel_i0 "
           "cyl_bessel_i1 erf erfc erfcinv erfcx erfinv exp exp10 exp2 expm1 fabs floor j0 j1 "
@@ -180,9 +179,6 @@ class _Parser:
 
     def decl(self, output: bool) -> ast.TensorDecl:
         tok = self.cur
-        if tok.kind == "ident" and tok.text in UNSUPPORTED_TYPE_NAMES and \
-                self.peek().kind in ("(", "ident"):
-            self.error(f"type '{tok.text}' is not supported", hint="use float or double")
         if tok.kind == "ident":
             if output:
                 self.next()

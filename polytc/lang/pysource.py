@@ -11,10 +11,10 @@ import textwrap
 
 from ..diagnostics import Source, Span, TCSyntaxError
 from . import ast as A
-from .types import TYPE_NAMES, UNSUPPORTED_TYPE_NAMES
+from .types import TYPE_NAMES
 
 #: every type spelling accepted in annotations and as a cast
-_TYPES = set(TYPE_NAMES) | set(UNSUPPORTED_TYPE_NAMES)
+_TYPES = set(TYPE_NAMES)
 #: Python spellings of casts that differ from TC's
 _CAST_ALIASES = {"int": "int32"}
 #: Python operators: TC's spelling where it has one, Python's for messages

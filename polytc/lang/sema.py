@@ -12,15 +12,14 @@ read-only; the types combine with TC's ``match_types``.  Two deliberate differen
 """
 from __future__ import annotations
 
-from ..diagnostics import (TCSemanticError, TCTypeError, UndefinedNameError,
-                           UnsupportedError)
+from ..diagnostics import TCSemanticError, TCTypeError, UndefinedNameError
 from . import ast as A
 from . import program as P
 from . import ranges as R
 from . import sizes as S
 from .printer import ast_expr_to_tc
-from .types import (BOOL, FLOAT32, INT32, TYPE_NAMES, UNSUPPORTED_TYPE_NAMES,
-                    ScalarType, is_narrowing, match_types)
+from .types import (BOOL, FLOAT32, INT32, TYPE_NAMES, ScalarType, is_narrowing,
+                    match_types)
 
 _REDUCE = {"+=": "+", "*=": "*", "min=": "min", "max=": "max"}
 
@@ -32,9 +31,6 @@ def builtins() -> dict:
 
 
 def scalar_type(name: str, span) -> ScalarType:
-    if name in UNSUPPORTED_TYPE_NAMES:
-        raise UnsupportedError(f"type '{name}' is not supported", span,
-                               hint="use float (32-bit) or double")
     return TYPE_NAMES[name]
 
 

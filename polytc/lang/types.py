@@ -70,7 +70,6 @@ TYPE_NAMES: dict[str, ScalarType] = {
     "float": FLOAT32, "float32": FLOAT32, "double": FLOAT64, "float64": FLOAT64,
     "float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16,
 }
-UNSUPPORTED_TYPE_NAMES: set = set()
 
 #: the type of index variables and sizes
 INDEX = INT32
