@@ -350,3 +350,21 @@ def test_full_tiles_past_isls_budget_keep_their_guards(monkeypatch):
     k = polytc.tc(src.replace("mmb", "mmb_budget"))
     assert k.specialize(A, B).stages["ast"] != isolated.replace("mmb", "mmb_budget")
     np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc")
+def test_arena_memory_is_a_private_mapping():
+    """The plans' arena (``huge_empty``) maps private memory: a shared mapping is shmem
+    to Linux, whose pages fault in 4 KiB and whose huge pages are off."""
+    from polytc.runtime.memory import HUGE, huge_empty
+
+    a = huge_empty(3 * HUGE + 123)
+    assert a.nbytes == 3 * HUGE + 123 and a.ctypes.data % HUGE == 0
+    a[:] = 7
+    assert a[-1] == 7
+    with open("/proc/self/maps") as f:
+        rows = [line.split() for line in f]
+    lo, perms = next((int(r[0].split("-")[0], 16), r[1]) for r in rows
+                     if int(r[0].split("-")[0], 16) <= a.ctypes.data
+                     < int(r[0].split("-")[1], 16))
+    assert perms.startswith("rw") and perms.endswith("p"), perms

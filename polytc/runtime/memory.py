@@ -66,20 +66,40 @@ HUGE = 2 << 20  # a transparent huge page (x86-64)
 
 
 def huge_empty(nbytes: int) -> np.ndarray:
-    """``nbytes`` of uninitialised memory in 2 MiB pages where the kernel gives them
-    (``madvise(MADV_HUGEPAGE)``: Linux's default THP mode only backs such regions): its
-    first touch faults once per 2 MiB instead of once per 4 KiB (a 100 MB arena's first
-    run cost 236 ms more than the next one in a VM).  Plain aligned memory below 4 MiB
-    or without the call."""
+    """``nbytes`` of uninitialised, 2 MiB-aligned memory of a private anonymous mapping,
+    advised into 2 MiB pages (``madvise(MADV_HUGEPAGE)``) only where Linux's THP
+    ``defrag`` policy never stalls a fault to compact memory (``_huge_pages_cheap``).
+    Python's plain ``mmap(-1, n)`` is shared memory to Linux (shmem, whose huge pages
+    are off by default): the arena used to fault every 4 KiB at 65 ms per 100 MB, 41 ms
+    private.  With the advice a first touch costs 8 ms per 100 MB while free 2 MiB
+    blocks last and 250 ms once the kernel compacts memory to make them (the default
+    ``defrag`` policy, ``madvise``, compacts on the fault: a bench worker holding many
+    sessions' arenas ran its first batch-64 transformer 170 -> 300 ms).  Plain aligned
+    memory below 4 MiB or without ``mmap``'s flags."""
     import mmap
 
-    if nbytes < 2 * HUGE or not hasattr(mmap, "MADV_HUGEPAGE"):
+    if nbytes < 2 * HUGE or not hasattr(mmap, "MAP_PRIVATE") \
+            or not hasattr(mmap, "MAP_ANONYMOUS"):
         return aligned_empty((max(nbytes, 1),), np.uint8, always=True)
-    m = mmap.mmap(-1, nbytes + HUGE)
+    m = mmap.mmap(-1, nbytes + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     buf = np.frombuffer(m, np.uint8)
     off = (-buf.ctypes.data) % HUGE
-    try:
-        m.madvise(mmap.MADV_HUGEPAGE, off, nbytes - nbytes % HUGE)
-    except (OSError, ValueError):
-        pass
+    if _huge_pages_cheap() and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE, off, nbytes - nbytes % HUGE)
+        except (OSError, ValueError):
+            pass
     return buf[off:off + nbytes]
+
+
+def _huge_pages_cheap() -> bool:
+    """Whether advised memory gets 2 MiB pages only when free ones exist: the THP
+    ``defrag`` policy is ``defer`` or ``never`` (``always``, ``madvise`` and
+    ``defer+madvise`` compact memory in the faulting thread)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/defrag", encoding="ascii") as f:
+            mode = f.read()
+    except OSError:
+        return False
+    chosen = mode[mode.find("[") + 1:mode.find("]")] if "[" in mode else ""
+    return chosen in ("defer", "never")
