@@ -30,6 +30,7 @@ from .tiling.extents import GENERIC, statement_points
 from .diagnostics import ScheduleError
 from .poly import handsched as H
 from .poly import legality as L
+from .poly import privatize
 from .poly.privatize import shared_matrix
 from .poly.recipe import member_exprs, _expr_text, _sorted, _stmt_text
 from .poly.schedule import has_contraction, strided_reduction
@@ -167,9 +168,13 @@ class _Explainer:
             return f"isl's scheduler with fusion='{f}' (your option)"
         strided = strided_reduction(self.scop)
         if self.b.fusion == "shared":
-            why = (f"one pass over '{shared_matrix(self.scop)}' for all its statements: "
-                   "each row is read from memory once, by the statements that reduce "
-                   "along it and those that reduce down the columns")
+            matrix, columns = shared_matrix(self.scop)
+            why = (f"one pass over '{matrix}' for all its statements: each row is read "
+                   "from memory once, by the statements that reduce along it and those "
+                   "that reduce down the columns" if columns else
+                   f"one pass over '{matrix}', {privatize.ROWS} rows at a time: their "
+                   "dot products run side by side and share each load of the other "
+                   "operand")
         elif has_contraction(self.scop):
             why = ("'preserve', as the program has a contraction (fusing around it would "
                    "prevent tiling it)")

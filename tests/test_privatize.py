@@ -127,3 +127,28 @@ def test_random_sizes_against_numpy():
         np.testing.assert_allclose(q, A @ p, rtol=1e-4, atol=1e-4)
 
     run()
+
+
+GEMV = """def gemv(float(M,K) A, float(K) x) -> (y) {
+    y(m) +=! A(m, k) * x(k)
+}"""
+
+
+@pytest.mark.parametrize("m,k", [(64, 200), (8, 257), (12, 64), (36, 131)])
+@pytest.mark.parametrize("options", [ANY, TWO, SCALAR], ids=["default", "two", "scalar"])
+def test_gemv_reads_its_long_rows_several_at_a_time(monkeypatch, m, k, options):
+    monkeypatch.setattr(privatize, "MIN_ROW", 64)  # (2048 by default)
+    ck = check(GEMV, [(m, k), (k,)], options, rtol=1e-4, atol=1e-3)
+    assert shared(ck) and f"rows:2:{privatize.ROWS}" in ck.stages["schedule"]
+    assert "reduction(+:y" not in ck.stages["c"]  # no private copies: rows only
+
+
+def test_gemv_rows_only_where_they_pay(monkeypatch):
+    monkeypatch.setattr(privatize, "MIN_ROW", 64)
+    assert not shared(check(GEMV, [(64, 32), (32,)], ANY))  # short rows
+    assert not shared(check(GEMV, [(66, 128), (128,)], ANY))  # no whole tiles of rows
+    mm = """def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"""
+    assert not shared(check(mm, [(16, 128), (128, 16)], ANY, atol=1e-3))  # a contraction
+    k = polytc.tc(GEMV, options=ANY)
+    text = str(k.explain(np.ones((16, 128), np.float32), np.ones(128, np.float32)))
+    assert f"one pass over 'A', {privatize.ROWS} rows at a time" in text

@@ -117,7 +117,7 @@ class CEmitter:
             if kind == "rows":
                 return self.unrolled(n.mark_get_node())
             if kind == "private":  # the parallel loop below sums per-thread copies
-                self.private = depth.split(",")
+                self.private = [t for t in depth.split(",") if t]
                 self.shared_pass += 1
                 out = self.node(n.mark_get_node(), pragma)
                 self.shared_pass -= 1
