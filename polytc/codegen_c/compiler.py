@@ -186,6 +186,15 @@ def default_flags() -> list[str]:
     def probe():
         compiler_identity()  # a missing compiler is reported as such
         base = _BASE_FLAGS[:1] + _LOOP_FLAGS + _BASE_FLAGS[1:]
+        if "-march=native" in base and _wide_vectors():
+            wide = base[:base.index("-march=native") + 1] + ["-mprefer-vector-width=512"] \
+                + base[base.index("-march=native") + 1:]
+        else:
+            wide = base
+        every = wide + extra + ["-lmvec"] + _LIBS
+        if _probe_compiles(cc, every, _OPENMP_PROBE)[0]:  # the usual case: one run
+            config.log(1, f"C flags: {' '.join(every)}")  # (each probe ~30-50 ms of
+            return every  # a cold start, before the first kernel's gcc)
         ok, err = _probe_compiles(cc, base + extra + _LIBS, _OPENMP_PROBE)
         if not ok:
             config.log(1, f"test compile failed, building without {_LOOP_FLAGS}: {err}")
@@ -266,13 +275,16 @@ def _diagnostics(r: subprocess.CompletedProcess) -> str:
     return head or "(no diagnostics)"
 
 
-def precompiled_prelude(cc: list[str], flags: list[str]) -> str | None:
+def precompiled_prelude(cc: list[str], flags: list[str], wait: bool = True) -> str | None:
     """A directory holding ``pt_prelude.h``, the kernels' ``PRELUDE`` (their includes,
     macros and helpers), and its precompiled form (``.gch``) for these flags, made once
     per machine and compiler (in the disk cache); None when the compiler makes none.
     Parsing ``math.h`` and its vector-math declarations anew took 13-15 ms of each
     kernel's gcc run (BERT-2L: 12 runs).  gcc reads the text instead when the
-    precompiled form does not fit, so the kernel is the same either way."""
+    precompiled form does not fit, so the kernel is the same either way.  While another
+    thread makes it (``warm_probes``), ``wait=False`` returns None at once: a build does
+    not wait ~80 ms for a header whose absence costs it 15 ms.  It is made outside
+    ``_memo_lock``, so that the other probes' values stay readable meanwhile."""
     def probe():
         cflags = [f for f in flags if f != "-shared" and not f.startswith("-l")]
         key = cache_key(kind="c-pch", header=PRELUDE, flags=cflags, cc=compiler_identity(),
@@ -296,11 +308,32 @@ def precompiled_prelude(cc: list[str], flags: list[str]) -> str | None:
             config.log(1, f"building without a precompiled prelude: {e.message}")
             return None
 
+    memo = ("pch", tuple(cc), tuple(flags))
     with _memo_lock:
-        memo = ("pch", tuple(cc), tuple(flags))
-        if memo not in _memo:
-            _memo[memo] = probe()
-        return _memo[memo]
+        if memo in _memo:
+            return _memo[memo]
+        making = _making.get(memo)
+        if making is None:
+            making = _making[memo] = threading.Event()
+            mine = True
+        else:
+            mine = False
+    if not mine:
+        if wait:
+            making.wait()
+        return _memo.get(memo)
+    value = None
+    try:
+        value = probe()
+    finally:
+        with _memo_lock:
+            _memo[memo] = value
+            del _making[memo]
+        making.set()
+    return value
+
+
+_making: dict = {}  # precompiled preludes being made: memo key -> set once made
 
 
 PCH_HEADER = "pt_prelude.h"
@@ -308,7 +341,8 @@ PCH_HEADER = "pt_prelude.h"
 
 def _build(c_source: str, cc: list[str], flags: list[str]) -> tuple[bytes, dict]:
     config.log(2, "C source:\n" + c_source)
-    pch = precompiled_prelude(cc, flags) if c_source.startswith(PRELUDE) else None
+    pch = precompiled_prelude(cc, flags, wait=False) if c_source.startswith(PRELUDE) \
+        else None
     include = ["-I", pch] if pch else []
     parts = _parts(c_source, min(4, host().cores))
     with tempfile.TemporaryDirectory(prefix="polytc-build-") as d:
