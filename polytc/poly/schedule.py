@@ -205,16 +205,23 @@ def _within_deadline(ctx, sc, options: dict, fusion: str):
     return isl.Schedule.read_from_str(ctx, text)
 
 
-def run_scheduler(scop: Scop, deps: Dependences, fusion: str) -> isl.Schedule | None:
+def run_scheduler(scop: Scop, deps: Dependences, fusion: str,
+                  domain: isl.UnionSet | None = None) -> isl.Schedule | None:
     """isl's schedule for one fusion strategy (``max``, ``preserve``, ``min``; see
     ``configure``), or None when isl runs out of budget (``MAX_OPERATIONS``, ``DEADLINE``).
-    ``poly.fusion.isl_schedule`` resolves ``auto`` and falls back."""
+    ``poly.fusion.isl_schedule`` resolves ``auto`` and falls back.  ``domain``: the
+    statement instances to schedule (default: all), with the dependences among them."""
     options = configure(scop.ctx, fusion, has_contraction(scop))
     validity = deps.scheduling_validity
     proximity = deps.raw.union(deps.waw)
     if deps.relaxed is not None:  # no pull towards skewing reductions
         proximity = proximity.intersect(deps.relaxed)
-    sc = (isl.ScheduleConstraints.on_domain(scop.domain)
+    if domain is None:
+        domain = scop.domain
+    else:
+        validity = validity.intersect_domain(domain).intersect_range(domain)
+        proximity = proximity.intersect_domain(domain).intersect_range(domain)
+    sc = (isl.ScheduleConstraints.on_domain(domain)
           .set_validity(validity)
           .set_proximity(proximity)
           .set_coincidence(validity))
