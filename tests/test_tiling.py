@@ -127,6 +127,43 @@ def test_fusion_result_is_checked_against_dependences(monkeypatch):
     assert ck.code.count("omp parallel for") >= 1
 
 
+CONV_RELU = """def conv(float(N,C,H,W) I, float(F,C,3,3) Wt, float(F) b) -> (O) {
+    P(n, c, h, w) = 0.0 where n in 0:N, c in 0:C, h in 0:H+2, w in 0:W+2
+    P(n, c, h, w) = I(n, c, h - 1, w - 1) where n in 0:N, c in 0:C, h in 1:H+1, w in 1:W+1
+    T(n, f, h, w) +=! P(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+    O(n, f, h, w) = fmax(T(n, f, h, w) + b(f), 0.0)
+}"""
+MM_CHAIN = """def chain(float(M,K) X, float(K,N) W, float(N) b, float(N,E) V) -> (Y) {
+    T(m, n) +=! X(m, k) * W(k, n)
+    A(m, n) = fmax(T(m, n) + b(n), 0.0)
+    Y(m, e) +=! A(m, n) * V(n, e)
+}"""
+
+
+@pytest.mark.parametrize("src,shapes", [
+    (CONV_RELU, [(1, 5, 9, 11), (6, 5, 3, 3), (6,)]),
+    (MM_CHAIN, [(33, 20), (20, 40), (40,), (40, 17)]),
+])
+def test_contraction_programs_scheduled_in_pieces(monkeypatch, src, shapes):
+    """isl schedules a program with a contraction one piece at a time (``in_pieces``):
+    right by the oracle, and the same kernel as isl's schedule of the whole program."""
+    from polytc.poly import fusion
+
+    options = polytc.Options(parallel_min_points=1)
+    calls = []
+    real = fusion.in_pieces
+    monkeypatch.setattr(fusion, "in_pieces", lambda *a: calls.append(1) or real(*a))
+    check(src, shapes, options, rtol=1e-4, atol=1e-3)
+    assert calls
+    k = polytc.tc(src, options=options)
+    env = k.program.bind_sizes(shapes)
+    pieces = pipeline.run(k.program, env, options)
+    monkeypatch.setattr(fusion, "in_pieces", lambda *a: None)
+    whole = pipeline.run(k.program, env, options)
+    assert "sequence" in pieces.stages["schedule"]
+    assert pieces.stages["c"] == whole.stages["c"]
+
+
 def test_transposed_matvec_gets_a_register_row():
     # in isl's nests (by default bicg runs as one pass: test_privatize.py)
     k = polytc.tc(BICG, options=polytc.Options(parallel_min_points=1, fusion="preserve"))
