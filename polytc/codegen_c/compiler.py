@@ -186,12 +186,7 @@ def default_flags() -> list[str]:
     def probe():
         compiler_identity()  # a missing compiler is reported as such
         base = _BASE_FLAGS[:1] + _LOOP_FLAGS + _BASE_FLAGS[1:]
-        if "-march=native" in base and _wide_vectors():
-            wide = base[:base.index("-march=native") + 1] + ["-mprefer-vector-width=512"] \
-                + base[base.index("-march=native") + 1:]
-        else:
-            wide = base
-        every = wide + extra + ["-lmvec"] + _LIBS
+        every = _widened(base) + extra + ["-lmvec"] + _LIBS
         if _probe_compiles(cc, every, _OPENMP_PROBE)[0]:  # the usual case: one run
             config.log(1, f"C flags: {' '.join(every)}")  # (each probe ~30-50 ms of
             return every  # a cold start, before the first kernel's gcc)
@@ -207,8 +202,7 @@ def default_flags() -> list[str]:
             if not ok:
                 config.log(1, f"test compile failed, building without -march=native: {err}")
                 base.remove("-march=native")
-        if "-march=native" in base and _wide_vectors():
-            base.insert(base.index("-march=native") + 1, "-mprefer-vector-width=512")
+        base = _widened(base)
         libs = list(_LIBS)
         ok, _ = _probe_compiles(cc, base + extra + ["-lmvec"] + libs, _PLAIN_PROBE)
         if ok:  # glibc's vector math: expf, logf, tanhf, ... on whole vectors
@@ -218,6 +212,15 @@ def default_flags() -> list[str]:
         return flags
 
     return list(_remembered(("flags", tuple(cc), tuple(extra)), probe))
+
+
+def _widened(flags: list[str]) -> list[str]:
+    """``flags`` asking for 512-bit vectors after ``-march=native`` where the CPU has
+    them (``_wide_vectors``)."""
+    if "-march=native" not in flags or not _wide_vectors():
+        return list(flags)
+    at = flags.index("-march=native") + 1
+    return flags[:at] + ["-mprefer-vector-width=512"] + flags[at:]
 
 
 _warming: list = []  # the thread of ``warm_probes``, once started

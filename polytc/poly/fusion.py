@@ -94,6 +94,7 @@ def in_pieces(scop: Scop, deps: Dependences) -> isl.Schedule | None:
         if part is None:
             return None
         schedule = part if schedule is None else schedule.sequence(part)
+    assert schedule is not None  # (two pieces or more)
     return schedule if respects(schedule, deps.scheduling_validity) else None
 
 
