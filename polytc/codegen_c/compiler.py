@@ -186,10 +186,13 @@ def default_flags() -> list[str]:
     def probe():
         compiler_identity()  # a missing compiler is reported as such
         base = _BASE_FLAGS[:1] + _LOOP_FLAGS + _BASE_FLAGS[1:]
-        every = _widened(base) + extra + ["-lmvec"] + _LIBS
-        if _probe_compiles(cc, every, _OPENMP_PROBE)[0]:  # the usual case: one run
-            config.log(1, f"C flags: {' '.join(every)}")  # (each probe ~30-50 ms of
-            return every  # a cold start, before the first kernel's gcc)
+        # the usual case, in one test build (each ~30-50 ms of a cold start, before the
+        # first kernel's gcc); ``-pipe``: the assembly goes to the assembler through a
+        # pipe, not a file (BERT-2L's 11 builds: 3% less time)
+        every = _widened(base) + ["-pipe"] + extra + ["-lmvec"] + _LIBS
+        if _probe_compiles(cc, every, _OPENMP_PROBE)[0]:
+            config.log(1, f"C flags: {' '.join(every)}")
+            return every
         ok, err = _probe_compiles(cc, base + extra + _LIBS, _OPENMP_PROBE)
         if not ok:
             config.log(1, f"test compile failed, building without {_LOOP_FLAGS}: {err}")
