@@ -45,11 +45,15 @@ def isolate_full_tiles(tile_node, sizes):
         return tile_node
     finally:
         ctx.set_max_operations(0)
+    if opts is None:
+        return tile_node
     return tile_node.band_set_ast_build_options(opts)
 
 
 def _isolated(tile_node, sizes):
-    """The ``isolate`` AST build option of ``isolate_full_tiles``."""
+    """The ``isolate`` AST build option of ``isolate_full_tiles``; None when every tile
+    is full: then the option changes no loop but costs the AST generator a separation
+    of each band below it (a ResNet-18 convolution group's AST: 40 -> 27 ms)."""
     ctx = tile_node.get_ctx()
     dom = tile_node.get_domain()
     prefix = tile_node.get_prefix_schedule_union_map()
@@ -62,6 +66,8 @@ def _isolated(tile_node, sizes):
     cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, sizes))
     box = isl.Set.read_from_str(ctx, "{ [" + ", ".join(names) + "] : " + cons + " }")
     full = whole(pairs, box)
+    if full.is_equal(tiles):
+        return None
     # isl replaces an isolated set by its simple hull: full tiles found as a union
     # (those of a full cache tile and those of the partial one) would become their
     # hull, partial tiles included, and the partial cache tile's register tiles would
