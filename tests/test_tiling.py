@@ -1029,3 +1029,24 @@ def test_pointwise_batch_operand_streamed_or_packed(b, m, k, vectors, packed):
     src = "def pw(float(M,K) W, float(B,K,N) X) -> (O) { O(b, m, n) +=! W(m, k) * X(b, k, n) }"
     ck = check(src, [(m, k), (b, k, n)], polytc.Options(), atol=1e-3)
     assert ("pack S0" in ck.stages["tiling"]) == packed
+
+
+def test_a_reordered_reduction_is_never_a_parallel_loop():
+    """isl's dependences of a reduction link each instance to the next in program order
+    only; the tiler's band that runs ``r`` outside ``i`` (a reordered reduction) carried
+    none of them along ``i``, so ``i`` ran in parallel, both threads updating ``T1``
+    (found by the differential fuzzer, now and then wrong)."""
+    src = """def f(float(1, 1, K) A, float(4, N, 4) B) -> (float T1) {
+        T1 max=! B(i + 1, 0, r) - A(p, p, k) where i in 0:3, r in 0:3
+    }"""
+    options = polytc.Options(parallel_min_points=0, register_tile=(2, 2), fusion="preserve")
+    k = polytc.tc(src, options=options, dynamic=("K", "N"))
+    rng = np.random.default_rng(6)
+    A = rng.uniform(-1, 1, (1, 1, 2)).astype(np.float32)
+    B = rng.uniform(-1, 1, (4, 2, 4)).astype(np.float32)
+    code = k.specialize(A, B).code
+    body = code[code.index("int polytc_kernel("):]
+    assert "omp parallel" not in body[body.index("T1[0] = (-INFINITY)"):]
+    for _ in range(20):
+        np.testing.assert_allclose(k(A, B), (B[1:4, 0, 0:3] - A[0, 0, :, None, None]).max(),
+                                   rtol=1e-6)

@@ -57,18 +57,41 @@ def original_schedule(scop: Scop) -> isl.UnionMap:
     return out
 
 
+def _program_tree(scop: Scop) -> isl.Schedule:
+    """``original_schedule`` as a tree: a sequence of the statements, each a band over
+    its indices.  isl's dataflow analysis takes the sequence's order without comparing
+    the statements' loops (a convolution group's dependences 17 -> 13 ms)."""
+    filters = isl.UnionSetList.alloc(scop.ctx, len(scop.stmts))
+    for s in scop.stmts:
+        filters = filters.add(isl.UnionSet.from_set(s.domain))
+    node = isl.Schedule.from_domain(scop.domain).get_root().child(0)
+    if len(scop.stmts) > 1:
+        node = node.insert_sequence(filters)
+    for k, s in enumerate(scop.stmts):
+        if not s.vars:
+            continue
+        xs = ", ".join(f"x{n}" for n in range(len(s.vars)))
+        band = isl.MultiUnionPwAff.from_union_map(
+            isl.UnionMap.read_from_str(scop.ctx, f"{{ {s.name}[{xs}] -> [{xs}] }}"))
+        if len(scop.stmts) > 1:
+            node = node.child(k).child(0).insert_partial_schedule(band).parent().parent()
+        else:
+            node = node.insert_partial_schedule(band)
+    return node.get_schedule()
+
+
 def dependences(scop: Scop) -> Dependences:
-    sched = original_schedule(scop)
+    tree = _program_tree(scop)
     flow_raw = (isl.UnionAccessInfo.from_sink(scop.reads)
                 .set_must_source(scop.writes)
-                .set_schedule_map(sched)
+                .set_schedule(tree)
                 .compute_flow())
     raw = flow_raw.get_may_dependence()
     live_in = flow_raw.get_may_no_source()  # reads of values no statement wrote
     flow = (isl.UnionAccessInfo.from_sink(scop.writes)
             .set_must_source(scop.writes)
             .set_may_source(scop.reads)
-            .set_schedule_map(sched)
+            .set_schedule(tree)
             .compute_flow())
     waw = flow.get_must_dependence()
     war = flow.get_may_dependence().subtract(waw)
@@ -272,22 +295,29 @@ def reduction_members_serial(schedule: isl.Schedule, scop: Scop) -> isl.Schedule
         if node.get_type() == isl.schedule_node_type.band:
             coefs = member_coefficients(node)
             for m in range(node.band_n_member()):
-                if not node.band_member_get_coincident(m):
-                    continue
-                for name, members in coefs.items():
-                    s = by_name[name]
-                    if not reassociable(s):
-                        continue
-                    red = [d for d, v in enumerate(s.vars) if v in s.stmt.reduction_vars]
-                    c = members[m]
-                    if c is None or any(c[0][d] for d in red):
-                        node = node.band_member_set_coincident(m, 0)
-                        break
+                if node.band_member_get_coincident(m) and moves_reduction(coefs, m, by_name):
+                    node = node.band_member_set_coincident(m, 0)
         for i in range(node.n_children()):
             node = fix(node.child(i)).parent()
         return node
 
     return fix(schedule.get_root()).get_schedule()
+
+
+def moves_reduction(coefs: dict, m: int, by_name: dict) -> bool:
+    """Whether member ``m`` of a band (``coefs``: its ``member_coefficients``) moves a
+    reorderable reduction along one of its reduction indices: that loop updates one
+    element in several iterations, so it is not parallel, whatever the dependences
+    between neighbouring instances say (a reordered reduction's are not transitive)."""
+    for name, members in coefs.items():
+        s = by_name[name]
+        if not reassociable(s):
+            continue
+        red = [d for d, v in enumerate(s.vars) if v in s.stmt.reduction_vars]
+        c = members[m]
+        if c is None or any(c[0][d] for d in red):
+            return True
+    return False
 
 
 def program_order(scop: Scop) -> isl.Schedule:

@@ -132,11 +132,18 @@ def statements_below(node) -> list:
     return names
 
 
-def refresh_coincidence(node, validity):
+def refresh_coincidence(node, validity, by_name=None):
     """Flag the members of a band that carry none of the dependences ``validity`` between
     the instances under it as coincident (parallel).  isl computed the flags for the band
     it built; a band split off it (a statement group distributed from the others) may
-    have lost the dependences that made a member sequential."""
+    have lost the dependences that made a member sequential.  ``by_name`` (statement
+    name -> statement): no member that moves a reordered reduction along a reduction
+    index (``schedule.moves_reduction``): isl's dependences link each instance to the
+    next in program order only, and a band that reorders a reduction (``T max= B(i, r)``
+    over ``r`` outside ``i``) carries none of them along ``i`` though every ``i`` updates
+    ``T``: it ran in parallel and lost updates, now and then."""
+    from .schedule import moves_reduction
+
     n = node.band_n_member()
     if validity is None or all(node.band_member_get_coincident(m) for m in range(n)):
         return node
@@ -153,8 +160,10 @@ def refresh_coincidence(node, validity):
     else:
         deltas = isl.Set.from_union_set(deps.apply_domain(sched).apply_range(sched).deltas())
     first = _dims(prefix)
+    coefs = member_coefficients(node) if by_name is not None else {}
     for m in range(n):
-        if node.band_member_get_coincident(m):
+        if node.band_member_get_coincident(m) or (
+                by_name is not None and moves_reduction(coefs, m, by_name)):
             continue
         if deltas is not None:
             carried = deltas

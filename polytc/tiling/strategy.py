@@ -135,7 +135,7 @@ class Tiler:
 
     def band(self, node):
         depth = node.get_tree_depth()
-        node = T.refresh_coincidence(node, self.validity)
+        node = T.refresh_coincidence(node, self.validity, self.by_name)
         ssts, mv, coinc = self.facts(node)
         main = self.contraction_of(node, ssts, mv, coinc)
         p = sum(coinc)
