@@ -168,14 +168,10 @@ def test_compiler_identity_and_flags():
     assert "-ffast-math" not in flags
 
 
-def test_compiler_probes_come_from_the_disk_cache(cache_dir, monkeypatch):
-    """A fresh process (an empty memo) reads the compiler's identity, flags and native
-    target from the disk cache, without running the compiler; another compiler binary or
-    CPU (another host stamp) probes again."""
-    monkeypatch.setattr(compiler, "_memo", {})
-    want = (compiler.compiler_identity(), compiler.default_flags(),
-            compiler._native_target(compiler.default_flags()))
-    runs = []
+@pytest.fixture
+def count_probes(monkeypatch):
+    """The compiler queries (``_run_quiet``) run from then on."""
+    runs: list = []
     real = compiler._run_quiet
 
     def counting(cmd, *a, **k):
@@ -183,6 +179,18 @@ def test_compiler_probes_come_from_the_disk_cache(cache_dir, monkeypatch):
         return real(cmd, *a, **k)
 
     monkeypatch.setattr(compiler, "_run_quiet", counting)
+    return runs
+
+
+def test_compiler_probes_come_from_the_disk_cache(cache_dir, monkeypatch, count_probes):
+    """A fresh process (an empty memo) reads the compiler's identity, flags and native
+    target from the disk cache, without running the compiler; another compiler binary or
+    CPU (another host stamp) probes again."""
+    monkeypatch.setattr(compiler, "_memo", {})
+    want = (compiler.compiler_identity(), compiler.default_flags(),
+            compiler._native_target(compiler.default_flags()))
+    runs = count_probes
+    runs.clear()
     monkeypatch.setattr(compiler, "_memo", {})
     got = (compiler.compiler_identity(), compiler.default_flags(),
            compiler._native_target(compiler.default_flags()))
@@ -249,20 +257,12 @@ def test_kernels_build_with_the_precompiled_prelude(cache_dir, fresh_memo, count
     assert len(count_builds) == 3  # the header once
 
 
-def test_one_test_build_probes_the_flags(cache_dir, fresh_memo, monkeypatch):
+def test_one_test_build_probes_the_flags(cache_dir, fresh_memo, count_probes):
     """Where the full flags work, a cold start probes them with one test build (then
     the precompiled prelude is the first compile): each costs a cold compile 30-50 ms."""
-    runs = []
-    real = compiler._run_quiet
-
-    def counting(cmd, *a, **k):
-        runs.append(cmd)
-        return real(cmd, *a, **k)
-
-    monkeypatch.setattr(compiler, "_run_quiet", counting)
     flags = compiler.default_flags()
     assert "-pipe" in flags and "-fopenmp" in flags
-    assert sum("probe.c" in cmd for cmd in runs) == 1
+    assert sum("probe.c" in cmd for cmd in count_probes) == 1
 
 
 def test_builds_do_not_wait_for_a_prelude_being_made(fresh_memo, monkeypatch):

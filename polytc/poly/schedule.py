@@ -60,7 +60,7 @@ def original_schedule(scop: Scop) -> isl.UnionMap:
 def _program_tree(scop: Scop) -> isl.Schedule:
     """``original_schedule`` as a tree: a sequence of the statements, each a band over
     its indices.  isl's dataflow analysis takes the sequence's order without comparing
-    the statements' loops (a convolution group's dependences 17 -> 13 ms)."""
+    the statements' loops (a convolution group's dependences 17 -> 14 ms)."""
     filters = isl.UnionSetList.alloc(scop.ctx, len(scop.stmts))
     for s in scop.stmts:
         filters = filters.add(isl.UnionSet.from_set(s.domain))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-from .schedule import insert_mark, member_coefficients
+from .schedule import insert_mark, member_coefficients, moves_reduction
 
 
 def mark(node, kind: str):
@@ -142,8 +142,6 @@ def refresh_coincidence(node, validity, by_name=None):
     next in program order only, and a band that reorders a reduction (``T max= B(i, r)``
     over ``r`` outside ``i``) carries none of them along ``i`` though every ``i`` updates
     ``T``: it ran in parallel and lost updates, now and then."""
-    from .schedule import moves_reduction
-
     n = node.band_n_member()
     if validity is None or all(node.band_member_get_coincident(m) for m in range(n)):
         return node
