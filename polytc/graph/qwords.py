@@ -60,8 +60,7 @@ def words(r, a: str, za: str, b: str, zb: str, out: str | None = None, split=Fal
             zbv.size not in (1, bv.shape[1]) or (za and not _one(r, za)):
         return None
     centred = bv.astype(np.int32) - zbv.reshape(-1).astype(np.int32)
-    if centred.min(initial=0) < -128 or centred.max(initial=0) > 127 or \
-            centred.shape[0] != at.shape[-1]:
+    if not _int8(centred) or centred.shape[0] != at.shape[-1]:
         return None
     made = unsigned(r, a, za)
     if made is None:
@@ -121,8 +120,7 @@ def conv_words(r, x: str, zx: str, w: str, zw: str, attrs: tuple,
     lead = (-1,) + (1,) * (wv.ndim - 1)
     centred = wv.astype(np.int32) - zwv.reshape(lead if zwv.size > 1 else ()).astype(
         np.int32)
-    made = unsigned(r, x, zx) if centred.min(initial=0) >= -128 and \
-        centred.max(initial=0) <= 127 else None
+    made = unsigned(r, x, zx) if _int8(centred) else None
     if made is None:
         return None
     x, zx = made
@@ -221,6 +219,11 @@ def requantised_pair(r) -> bool:
     f = r.op("QuantizeLinear", q.inputs[:3], np.float32, output_dtype=F32)
     r.op("DequantizeLinear", [f, s, z], np.float32, out=r.node.outputs[0])  # (of a float)
     return True
+
+
+def _int8(centred: np.ndarray) -> bool:
+    """Whether the centred weights fit int8 (the signed operand of ``dot4``)."""
+    return centred.min(initial=0) >= -128 and centred.max(initial=0) <= 127
 
 
 def _same(r, a: str, b: str) -> bool:
