@@ -418,6 +418,23 @@ def test_batched_contraction_keeps_its_rows_whole():
     assert choose_sizes(256, 256, 64, 4, two, packed=True, cores=1).cache[0] == 256
 
 
+def test_an_operand_packed_at_every_call_is_packed_once_by_the_cores():
+    """Where i's register tiles run outside the panels (a deep Tk), an operand packed at
+    every call gets one tile of all rows and the cores share the j tiles: each packs its
+    part of it once, not all of it once per tile of rows.  Not for a constant (packed
+    once anyway), nor where the rows' block leaves L2, nor where the j tiles would leave
+    a core idle."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    zen5 = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    mlp = choose_sizes(128, 1024, 1024, 4, zen5, packed=True, per_call=True)
+    assert mlp.cache[:2] == (128, 512), mlp
+    assert choose_sizes(128, 1024, 1024, 4, zen5, packed=True).cache[0] == 64
+    assert choose_sizes(2048, 2048, 2048, 4, zen5, packed=True, per_call=True).cache[0] < 2048
+    assert choose_sizes(512, 1536, 1024, 4, zen5, packed=True, per_call=True).cache[0] < 512
+
+
 def test_few_rows_share_the_j_tiles_among_the_cores():
     """16 rows (a squeeze layer's output channels) over 3025 pixels: one row tile, and
     the parallel loop runs over the j tiles (each core reads its part of the vector

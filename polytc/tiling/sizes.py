@@ -16,10 +16,11 @@ class Sizes:
 
 
 def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
-                 cores: int | None = None) -> Sizes:
+                 cores: int | None = None, per_call: bool = False) -> Sizes:
     """Register tile from the vector registers, cache tiles from L1/L2.  ``cores``: how
     many ways the ``i`` tiles are shared (default: the machine's cores; 1 when loops
-    outside the contraction, a batch, keep the cores busy already).
+    outside the contraction, a batch, keep the cores busy already).  ``per_call``: the
+    packed operand is packed at every call (not a constant packed once).
 
     With a packed vector operand the sizes follow the analytical BLIS model: the
     micro-panel of the operand (``Tk x NR``) fills half of L1 and stays there while the
@@ -30,7 +31,12 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
     until the ``Ti x Tk`` block fills half of L2 (the micro-panel then streams from L2).
     Sharing the ``j`` tiles among the cores instead (each packs its part of the operand
     once, BLIS's ``jc`` loop) was 7-13% slower on sgemm, mm_bias_relu, mlp2 and 2mm:
-    the taller ``Ti`` of the unpacked broadcast operand spans more pages."""
+    the taller ``Ti`` of the unpacked broadcast operand spans more pages.  That holds
+    where ``i``'s register tiles pass over a micro-panel in L1; where the panels stream
+    from L2 instead (a deep ``Tk``), ``i``'s register tiles run outside them and read
+    ``MR`` rows of the broadcast operand at a time however tall ``Ti`` is: there an
+    operand packed at every call is packed once, by the cores sharing the ``j`` tiles,
+    rather than once per tile of rows by each core."""
     lanes = m.lanes(itemsize)
     nvec = 4 if m.vector_registers >= 32 else 2
     nr = lanes * nvec
@@ -93,6 +99,16 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             tk = min(ext_k, max(tk, (m.l2 // 2) // (itemsize * ti)))
         else:
             tk = _even(ext_k, tk)
+        if per_call and step > 1 and ti < ext_i and tk * nr * itemsize > m.l1 // 2 and \
+                ext_i * tj * itemsize <= 2 * m.l2 and ext_j >= step * tj and \
+                _busiest(ext_j, tj, step) <= ext_j / step * 1.06:
+            # i's register tiles outside the panels (``Tiler.contraction``): one tile of
+            # all rows, the cores share the j tiles and each packs its part of the
+            # operand once (BLIS's jc loop), not all of it for each tile of rows (Zen 5,
+            # A/B in fresh processes: mlp2 0.95, mm_bias_relu 0.97, sgemm 1024^3 0.97).
+            # The result's Ti x Tj block, loaded and stored at every Tk step, within
+            # twice L2: sgemm 2048^3 (4 MB blocks instead of 2) ran 1.1x slower
+            ti = ext_i
         return Sizes((ti, tj, tk), (mr, nr))
     # the unpacked operand's Tk x Tj block in half of L2 (it was an eighth: SqueezeNet's
     # 512 -> 1000 classifier on 13 x 13, three reduction tiles of 170 -> one of 512:

@@ -357,7 +357,8 @@ class Tiler:
             operand = None
         itemsize = sst.stmt.rhs.dtype.np_dtype.itemsize
         sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
-                          itemsize, self.machine, packed=operand is not None, cores=cores)
+                          itemsize, self.machine, operand is not None, cores,
+                          per_call=operand is not None and operand.tensor not in self.constants)
         if strided and lead:
             rest = math.prod(ext[p_red + r] for r in range(len(red)) if r != k_big)
             sz = _strided_sizes(sz, ext[len(outer)], ext[p_red - 1], ext[p_red + k_big],
@@ -408,9 +409,7 @@ class Tiler:
         # tiles outside, so the broadcast operand's MR x Tk rows stay in L1 across the
         # panels (sgemm 2048^3 11%, 1024^3 2%, A B^T 4% faster; with a shallow Tk the
         # other order is 3-6% faster: mm_bias_relu, mlp2, bmm)
-        kt = 1
-        for r in range(len(red)):
-            kt *= cache[p_red + r]
+        kt = math.prod(cache[p_red + r] for r in range(len(red)))
         kept = math.prod(cache[:len(outer)])
         panels_first = False
         if operand is not None and lead and kt * nr * itemsize <= self.machine.l1 // 2:
