@@ -141,6 +141,18 @@ class UnsupportedError(PolytcError):
     """Valid input that polytc does not handle (yet); the message says what instead."""
 
 
+class NeedsValue(UnsupportedError):
+    """Binding a model met a value that decides a shape (a Reshape's shape, an If's
+    condition) but is known only at run time (``values``: their names), or an op whose
+    outputs' shapes depend on its input's data (``node``: NonZero): a session runs the
+    model in stages around them (``graph/staged.py``)."""
+
+    def __init__(self, message: str, values: tuple = (), node=None):
+        super().__init__(message)
+        self.values = tuple(values)
+        self.node = node
+
+
 # --- call-time errors ------------------------------------------------------------------
 class ArgumentError(PolytcError):
     """Wrong number, dtype, rank, shape or layout of the arrays given to a kernel."""

@@ -1,6 +1,6 @@
 """Control flow written out as the graph's own nodes (graph/control.py): If on a
 constant condition, Loop with a constant trip count, Scan over an axis of known extent,
-each against onnxruntime; what is decided at run time is refused."""
+each against onnxruntime; what is decided at run time runs in stages (staged.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,11 +42,12 @@ def test_if_with_a_constant_condition_is_inlined():
     assert [n.op for n in g.nodes] == ["Neg"]
 
 
-def test_if_with_a_run_time_condition_is_refused():
-    m, _ = _if_model(False)
-    with pytest.raises(UnsupportedError, match=r"'If_0' \(If\): input 0 \('c'\) must be "
-                                               r"known at compile time"):
-        ponnx.compile(m)
+def test_if_with_a_run_time_condition_runs_in_stages():
+    """The condition fed at run time: the session compiles the branch of each value it
+    meets (graph/staged.py; more in tests/test_staged.py)."""
+    m, feeds = _if_model(False)
+    for c in (False, True):
+        run_model(m, {**feeds, "c": np.array(c)})
 
 
 def _loop_model(trips, data_cond=False):

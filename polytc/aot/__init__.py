@@ -161,6 +161,9 @@ def _snapshot(session, shapes: dict) -> dict:
     session._check_feeds({v: np.empty(s, g.boundary.get(v, g.types[v].dtype))
                           for v, s in shapes.items()})
     plan = session.plan(shapes)
+    if session._staged is not None:
+        raise UnsupportedError(f"the model decides shapes from its data ({plan.why}): it "
+                               "runs in stages, which export does not write")
     if plan.driver is None:
         if plan.kernels:
             raise UnsupportedError("export needs the native plan: compile the session "

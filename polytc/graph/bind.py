@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..diagnostics import ModelError, UnsupportedError
+from ..diagnostics import ModelError, NeedsValue, UnsupportedError
 from . import ops
 from .expand import lowerable
-from .ir import Graph, TensorType
+from .ir import Graph, Node, TensorType
 from .passes import NONDETERMINISTIC, _has_subgraph, evaluate
 
 
@@ -43,21 +43,48 @@ class Bound:
     views: dict = field(default_factory=dict)  # value -> (source value, shape)
 
 
+#: ops whose outputs' shapes depend on their inputs' data: they run on the host
+#: (the session runs the model in stages around them: ``staged.py``)
+HOST_OPS = ("NonZero", "Compress", "Unique", "NonMaxSuppression")
+
+
+def needs(n: Node, constants: dict) -> NeedsValue:
+    """The ``NeedsValue`` for node ``n`` (an op of ``HOST_OPS``, or an If or a Loop that
+    the control-flow pass did not write out) of a graph whose constants are
+    ``constants``.  The decisions of control flow are needed even where binding knows
+    them (computed from shapes): the rest of the model, with them as constants, writes
+    the control flow out."""
+    if n.op in HOST_OPS:
+        return NeedsValue(f"node {n.label}: the shape of its output depends on its "
+                          "input's values", node=n)
+    decide = [v for v in n.inputs[:2 if n.op == "Loop" else 1] if v]
+    if all(v in constants for v in decide):  # decided, and still not written out
+        raise UnsupportedError(f"node {n.label}: polytc writes out only loops whose body "
+                               "passes its condition through unchanged")
+    return NeedsValue(f"node {n.label}: input ('{decide[0]}') must be known at compile "
+                      f"time: polytc writes the {'branch' if n.op == 'If' else 'iterations'} "
+                      "out as nodes", decide)
+
+
 def unsupported_ops(g: Graph) -> list:
-    """Every node whose op polytc cannot lower, before any compiling."""
-    return [n for n in g.nodes if not lowerable(n.op, n.domain)]
+    """Every node whose op polytc cannot lower, before any compiling: neither the ops
+    that run on the host (``HOST_OPS``) nor control flow decided at run time
+    (an If whose condition, a Loop whose trip count is not a constant), which the
+    session runs in stages (``staged.py``)."""
+    return [n for n in g.nodes if not lowerable(n.op, n.domain) and not _staged(n, g)]
+
+
+def _staged(n, g: Graph) -> bool:
+    if n.domain:
+        return False
+    if n.op in HOST_OPS:
+        return True
+    decide = n.inputs[:2 if n.op == "Loop" else 1]
+    return n.op in ("If", "Loop") and any(v and v not in g.constants for v in decide)
 
 
 def check_supported(g: Graph) -> None:
     bad = unsupported_ops(g)
-    for n in bad:  # control flow that graph/control.py did not write out
-        runtime = [k for k, v in enumerate(n.inputs[:2 if n.op == "Loop" else 1])
-                   if v and v not in g.constants]
-        if n.op in ("If", "Loop") and not n.domain and runtime:
-            raise UnsupportedError(
-                f"node {n.label}: input {runtime[0]} ('{n.inputs[runtime[0]]}') must be "
-                "known at compile time (a constant, or computed from initialisers): polytc "
-                f"writes the {'branch' if n.op == 'If' else 'iterations'} out as nodes")
     if bad:
         kinds: dict = {}
         for n in bad:
@@ -93,6 +120,8 @@ def bind(g: Graph, shapes: dict) -> Bound:
                 consts[o] = v
                 refs[o] = ops.Ref(names(o), v.shape, v.dtype, v)
             continue
+        if not n.domain and (n.op in HOST_OPS or n.op in ("If", "Loop")):
+            raise needs(n, g.constants)  # run in stages: the session's ``staged.Staged``
         if n.op in ("Shape", "Size"):
             shape = np.array(ins[0].shape, np.int64)
             v = shape[slice(n.attr("start", 0), n.attr("end"))] if n.op == "Shape" \

@@ -87,13 +87,15 @@ CONTROL_OPS = {"If", "Loop", "Scan"}
 
 def _supported(model) -> bool:
     """Whether polytc lowers every node of ``model`` (the nodes of its control flow's
-    bodies included), once the ops that ONNX defines as functions are written out
-    (graph/expand.py)."""
+    bodies included) or runs it on the host (``staged.HOST_OPS``), once the ops that
+    ONNX defines as functions are written out (graph/expand.py)."""
     from .expand import lowerable
     from .onnx_import import prepare
+    from .bind import HOST_OPS
 
     def ok(n):
-        return lowerable(n.op_type, n.domain) or (n.op_type in CONTROL_OPS and not n.domain)
+        return lowerable(n.op_type, n.domain) or (
+            not n.domain and (n.op_type in CONTROL_OPS or n.op_type in HOST_OPS))
 
     nodes = list(_nodes(model.graph))
     if not nodes:

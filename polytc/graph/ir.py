@@ -50,6 +50,15 @@ class Node:
                 return v
         return default
 
+    def reads(self) -> set:
+        """The values the node reads: its inputs, and the enclosing graph's values that
+        its subgraphs name (an If's branches read them without listing them)."""
+        out = {i for i in self.inputs if i}
+        for _, v in self.attrs:
+            if hasattr(v, "initializer") and hasattr(v, "node"):  # an onnx.GraphProto
+                out |= _captured(v)
+        return out
+
     @property
     def label(self) -> str:
         """How messages name the node: ``'conv1' (Conv)``."""
@@ -60,6 +69,20 @@ class Node:
         outs = ", ".join(self.outputs)
         ins = ", ".join(i or "-" for i in self.inputs)
         return f"{outs} = {self.op}({ins}){' {' + attrs + '}' if attrs else ''}"
+
+
+def _captured(gp) -> set:
+    """The values of enclosing graphs that the subgraph ``gp`` (and those inside it)
+    reads."""
+    defined = {i.name for i in gp.input} | {t.name for t in gp.initializer} | \
+        {o for nd in gp.node for o in nd.output}
+    used: set = set()
+    for nd in gp.node:
+        used.update(nd.input)
+        for a in nd.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                used |= _captured(sub)
+    return used - defined - {""}
 
 
 def _short(v):
@@ -92,9 +115,8 @@ class Graph:
     def consumers(self) -> dict:
         out: dict = {}
         for n in self.nodes:
-            for i in n.inputs:
-                if i:
-                    out.setdefault(i, []).append(n)
+            for i in n.reads():
+                out.setdefault(i, []).append(n)
         return out
 
     def type_of(self, value: str) -> TensorType | None:

@@ -100,6 +100,8 @@ def substitute(g: Graph, old: str, new: str, drop: Node) -> Graph:
     """Remove ``drop`` (whose output ``old`` equals value ``new``) and read ``new`` instead
     of ``old``.  When ``old`` is a graph output, ``new``'s producer is renamed instead."""
     nodes = [n for n in g.nodes if n is not drop]
+    if any(old in n.reads() and old not in n.inputs for n in nodes):
+        return g  # a subgraph (an If's branch) reads it by name: the node stays
     if old in g.outputs:
         prod = next((n for n in nodes if new in n.outputs), None)
         if prod is None or new in g.outputs:
@@ -375,8 +377,9 @@ def cse(g: Graph) -> Graph:
         if first is None:
             seen[key] = n
             continue
-        if any(o in g.outputs for o in n.outputs):
-            continue
+        if any(o in g.outputs for o in n.outputs) or \
+                any(o in m.reads() and o not in m.inputs for m in g.nodes for o in n.outputs):
+            continue  # (read by name in a subgraph: the node stays)
         for old, new in zip(n.outputs, first.outputs):
             if old:
                 g = substitute(g, old, new, n)
@@ -391,7 +394,7 @@ def dce(g: Graph) -> Graph:
     for n in reversed(g.nodes):
         if any(o in live for o in n.outputs if o):
             keep.append(n)
-            live.update(i for i in n.inputs if i)
+            live.update(n.reads())
     consts = {k: v for k, v in g.constants.items() if k in live}
     return g.replace(nodes=tuple(reversed(keep)), constants=consts)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import backends
-from ..diagnostics import ModelError, PolytcError, UnsupportedError, user_boundary
+from ..diagnostics import ModelError, NeedsValue, PolytcError, UnsupportedError, user_boundary
 from ..options import Options
 
 #: the C target, or an accelerator's (see ``polytc.backends``): on ``opencl`` and
@@ -53,7 +53,6 @@ class Session:
                  disable=(), where: str | None = None, native: bool = True):
         from .artefact import imported
         from .bind import check_supported
-        from .dynamic import Generaliser
 
         if target not in TARGETS:
             raise UnsupportedError(f"target '{target}' is not available for models",
@@ -63,9 +62,30 @@ class Session:
         t0 = time.perf_counter()
         self.graph, self.stages = imported(model, where, disable)
         check_supported(self.graph)  # every unsupported op at once, before compiling
-        self.options = options or Options()
+        self._setup(options or Options(), fuse, target, native)
+        self.timings = {"import+passes": time.perf_counter() - t0}
+        self._first_plan()
+
+    @classmethod
+    def of_graph(cls, graph, parent: "Session") -> "Session":
+        """A session of ``graph`` (after the graph passes) compiled as ``parent`` is:
+        a stage of ``parent``'s model (``staged.py``)."""
+        from .passes import GraphStages
+
+        s = cls.__new__(cls)
+        s.graph, s.stages = graph, GraphStages()
+        s._setup(parent.options, parent.fuse, parent.target, parent.native)
+        s.timings = {}
+        s._first_plan()
+        return s
+
+    def _setup(self, options, fuse, target, native) -> None:
+        from .dynamic import Generaliser
+
+        self.options = options
         self.fuse, self.target, self.native = fuse, target, native
         self._plans: dict = {}
+        self._staged = None  # the model in stages (``staged.py``), once binding needs it
         #: the symbolic input dimensions kept symbolic in the groups (``dynamic.py``)
         #: and the generic kernels of the groups, shared by every plan
         self._generaliser = Generaliser(self.graph)
@@ -73,7 +93,8 @@ class Session:
         #: one arena for the plans of a model with symbolic dimensions (plan.Arena)
         self._memory = None
         self._seen: dict = {}  # the key of a run (``_array_key``) -> (plan, output names)
-        self.timings = {"import+passes": time.perf_counter() - t0}
+
+    def _first_plan(self) -> None:
         if all(self.graph.types[v].static for v in self.graph.inputs if v in self.graph.types):
             self.plan({v: self.graph.types[v].shape for v in self.graph.inputs})
 
@@ -127,11 +148,17 @@ class Session:
         feeds = self._check_feeds(input_feed)
         names = self._check_outputs(output_names)
         plan = self.plan({v: a.shape for v, a in feeds.items()})
-        out = self._check_out(plan, out or {})
+        out = out or {}
+        staged = plan is self._staged  # (its outputs' shapes known once it ran)
+        if not staged:
+            self._check_out({n: plan.bound.refs[n] for n in out if n in plan.bound.refs}, out)
         driver = plan.driver
         times = np.zeros(len(driver.steps)) if timed and driver is not None else None
         direct = {n: a for n, a in out.items() if n not in self.graph.boundary}
-        outs = self._rounded(plan.run(feeds, names, times, direct or None), names)
+        outs = self._rounded(plan.run(feeds, names, None if staged else times,
+                                      None if staged else direct or None), names)
+        if staged:
+            self._check_out({n: o for n, o in zip(names, outs)}, out)
         for k, n in enumerate(names):
             if n in out:
                 if not np.may_share_memory(outs[k], out[n]):  # (not written in place)
@@ -153,6 +180,8 @@ class Session:
 
         key = tuple(tuple(shapes[v]) for v in self.graph.inputs)
         p = self._plans.get(key)
+        if p is None and self._staged is not None:
+            p = self._plans[key] = self._staged
         if p is None:
             from .plan import Arena, group_texts
 
@@ -167,10 +196,15 @@ class Session:
                             group_texts(self.graph, probe, self.fuse, self.target), probe)
                     except PolytcError:  # (a shape the model does not take)
                         pass
-            p = self._plans[key] = Plan(self.graph, {v: tuple(shapes[v])
-                                                     for v in self.graph.inputs},
-                                        self.options, self.fuse, self.target, self.native,
-                                        self._generaliser, self._generic, self._memory)
+            try:
+                p = Plan(self.graph, {v: tuple(shapes[v]) for v in self.graph.inputs},
+                         self.options, self.fuse, self.target, self.native,
+                         self._generaliser, self._generic, self._memory)
+            except NeedsValue as e:  # a shape decided by data: the model in stages
+                from .staged import Staged
+
+                p = self._staged = Staged(self, e)
+            self._plans[key] = p
         return p
 
     @user_boundary
@@ -225,12 +259,15 @@ class Session:
                                  hint="outputs: " + ", ".join(self.graph.outputs))
         return list(names)
 
-    def _check_out(self, plan, out: dict) -> dict:
-        """``out`` (output name -> the caller's array) checked against ``plan``'s
-        shapes and the model's dtypes."""
+    def _check_out(self, refs: dict, out: dict) -> dict:
+        """``out`` (output name -> the caller's array) checked against this run's
+        outputs' shapes (``refs``: output name -> what has its ``shape`` and ``dtype``)
+        and the model's dtypes."""
         for n, a in out.items():
             self._check_outputs([n])
-            r = plan.bound.refs[n]
+            r = refs.get(n)
+            if r is None:  # (not an output of this run)
+                continue
             want = np.dtype(self.graph.boundary.get(n, r.dtype))
             if not isinstance(a, np.ndarray) or a.dtype != want or \
                     a.shape != tuple(r.shape):

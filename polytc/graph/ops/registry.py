@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ...diagnostics import ModelError, UnsupportedError
+from ...diagnostics import ModelError, NeedsValue, UnsupportedError
 from ...lang.types import from_numpy
 
 REGISTRY: dict = {}
@@ -158,9 +158,10 @@ class Ctx:
         if r is None:
             return None
         if r.value is None:
-            raise UnsupportedError(
+            raise NeedsValue(
                 f"node {self.node.label}: input {k} ('{self.node.inputs[k]}') must be known "
-                "at compile time (a constant, or computed from shapes only)")
+                "at compile time (a constant, or computed from shapes only)",
+                (self.node.inputs[k],))
         return r.value
 
     @property
