@@ -200,3 +200,16 @@ def test_outputs_bound_to_buffers():
     with pytest.raises(ModelError, match=r"output 'y' is bound to a float32 \[3, 8\] buffer; "
                                          r"this run's output is float32 \[2, 12\]"):
         sess.run_with_iobinding(b)
+
+
+def test_a_session_keeps_a_bounded_number_of_plans(monkeypatch):
+    from polytc.graph import session as S
+
+    monkeypatch.setattr(S, "MOST_PLANS", 3)
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", F32, ["N"])],
+               [vi("y", F32, ["N"])])
+    s = ponnx.compile(m)
+    for n in range(1, 7):
+        np.testing.assert_array_equal(s.run(None, {"x": _rnd(n)})[0], np.maximum(_rnd(n), 0))
+    assert [k[0][0] for k in s._plans] == [4, 5, 6]
+    np.testing.assert_array_equal(s.run(None, {"x": _rnd(2)})[0], np.maximum(_rnd(2), 0))

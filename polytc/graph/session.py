@@ -16,6 +16,10 @@ from ..options import Options
 #: (``polytc.graph.plan``), uploading the inputs and downloading the outputs
 TARGETS = backends.NAMES
 
+#: the compiled forms (per set of input shapes) a session keeps at most: a model whose
+#: shapes vary with the data (a count of nonzeros) would make one for each count
+MOST_PLANS = 256
+
 
 @dataclass(frozen=True)
 class NodeArg:
@@ -205,6 +209,9 @@ class Session:
 
                 p = self._staged = Staged(self, e)
             self._plans[key] = p
+            if len(self._plans) > MOST_PLANS:  # the oldest goes (its kernels stay cached)
+                old = self._plans.pop(next(iter(self._plans)))
+                self._seen = {k: v for k, v in self._seen.items() if v[0] is not old}
         return p
 
     @user_boundary
