@@ -238,3 +238,22 @@ def test_generic_code_keeps_every_thread_busy_at_any_size():
     X, W = f32(1, 128, 256), f32(256, 256)
     assert any("collapse(2)" in p for p in _pragmas(proj.specialize(X, W).code))
     np.testing.assert_allclose(proj(X, W), X @ W, rtol=1e-4, atol=1e-3)
+
+
+def test_few_rows_read_the_operand_where_it_lies():
+    """A generic GEMM packs its operand for many rows, and reads it where it lies when
+    the rows are too few for the copy to pay (the tiler's rule for known sizes), behind
+    one run-time test: both halves are right at every size.  A transposed operand keeps
+    its copy (its reads along the lanes would be strided)."""
+    mm = polytc.tc(MATMUL, dynamic=("M",))
+    B = f32(96, 600)
+    code = mm.specialize(f32(40, 96), B).code
+    assert "if ((M) <= 32L)" in code, code
+    for m in (1, 5, 32, 33, 100):
+        A = f32(m, 96)
+        np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-4, atol=1e-3)
+    nt = polytc.tc("""
+def nt(float(M,K) A, float(N,K) B) -> (C) {
+    C(m, n) +=! A(m, k) * B(n, k)
+}""", dynamic=("M",))
+    assert "<= 32L" not in nt.specialize(f32(40, 96), f32(600, 96)).code

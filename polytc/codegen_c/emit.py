@@ -22,7 +22,7 @@ from .fold import folds_of
 from .aligned import by_alignment
 from .locals import locals_of
 from .vmath import vector_math
-from .pack import PackPrinter, packs_of
+from .pack import PackPrinter, direct_below, packs_of
 from .halves import half_helpers
 from .tcopy import transposed_copy
 from .vloop import math_loop
@@ -69,6 +69,9 @@ class CEmitter:
         self.packed: dict = {}  # statement -> {tensor: Packed}
         for p in self.packs.values():
             self.packed.setdefault(p.sst.name, {})[p.tensor] = p
+        #: the packs the code being emitted skips, reading the operand where it lies
+        #: (too few rows for the copy to pay: ``pack.direct_below``)
+        self.direct: set = set()
         self.iters: list = []  # iterators of the loops around the node being emitted
         self.helpers: list = []  # outlined parallel loop bodies
         prog = scop.program
@@ -205,6 +208,8 @@ class CEmitter:
         if t == T.user:
             call = n.user_get_expr()
             name = call.op_get_arg(0).id_get_id().get_name()
+            if name in self.direct:
+                return []
             if name in self.packs:
                 args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
                 return [c.Statement(self.packs[name].copy(args, self.shapes, self.env,
@@ -408,8 +413,9 @@ class CEmitter:
     def printer(self, sst, vars: dict) -> ExprPrinter:
         """An expression printer of ``sst`` at the index values ``vars`` (C text)."""
         args = (self.shapes, self.env, vars, sst.guarded, self.sites)
-        packed = self.packed.get(sst.name)
-        p = ExprPrinter(*args) if packed is None else PackPrinter(packed, *args)
+        packed = {t: q for t, q in self.packed.get(sst.name, {}).items()
+                  if q.name not in self.direct}
+        p = PackPrinter(packed, *args) if packed else ExprPrinter(*args)
         p.locals = {t: lc.at(sst, vars) for t, lc in self.locals.items() if sst.name in lc.offsets}
         self.touched += [(t, self.outlining > 0) for t in p.locals]
         if self.reciprocal:
@@ -428,7 +434,14 @@ class CEmitter:
         for t in prog.temporaries:
             if t.name in (fills or {}) and t.name not in self.locals:
                 body += self.fill(t, fills[t.name])
-        body += self.node(ast)
+        few = direct_below(self.packs, self.scop) if self.scop.symbolic else None
+        if few is None:
+            body += self.node(ast)
+        else:  # the same code reading the operand where it lies, for too few rows
+            packed = self.node(ast)
+            self.direct = few[1]
+            body.append(c.If(few[0], c.Block(self.node(ast)), c.Block(packed)))
+            self.direct = set()
         body.append(c.Statement("return err"))
         fn = c.FunctionBody(c.FunctionDeclaration(c.Value("int", fname),
                                                   [c.Value("", p) for p in params] or

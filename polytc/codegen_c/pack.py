@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 
 from ..lang import program as P
-from ..tiling.pack import unit_stride
+from ..machine import host
+from ..tiling.pack import STREAM_ROWS, unit_stride
 from .cexpr import ExprPrinter
 
 
@@ -192,3 +193,45 @@ def packs_of(decisions, scop) -> dict:
                 p.alias = same is not p
                 p.buffer = same.buffer
     return out
+
+
+def direct_below(packs: dict, scop) -> tuple | None:
+    """``(C condition, copy-statement names)``: in a kernel with symbolic sizes, the
+    run-time test that the rows which each element of an operand packed at every call
+    serves are too few for the copy to pay (at most ``STREAM_ROWS``, as the tiler
+    decides for known sizes: ``tiling.pack.streamed``), and the packs the code then
+    skips, reading the operand where it lies; None where no pack's reuse is symbolic.
+    Only operands read with unit stride along the lanes (a transposed one still needs
+    its copy).  A GEMM of one row packed all of its 512 x 512 matrix for one pass over
+    it: 2.5x the specialised matrix-vector product; of 17 rows 1.6x."""
+    names, rows = [], []
+    for name, p in packs.items():
+        jname = p.sst.vars[p.jvar]
+        if p.box is not None or p.transposing or not unit_stride(p.read, jname):
+            continue
+        used = P.index_names(*p.read.indices)
+        extents = [_extent(p.sst.domain, d, scop.context) for d, v in enumerate(p.sst.vars)
+                   if v not in used]
+        if not extents or not any(e[1] for e in extents):
+            continue  # a reuse known at compile time: the tiler chose for it
+        n, symbolic = _extent(p.sst.domain, p.jvar, scop.context)
+        lanes = host().lanes(p.read.dtype.np_dtype.itemsize)
+        if not symbolic and int(n.rstrip("L")) < 32 * lanes:
+            continue  # narrow rows: packed whatever the reuse (``streamed``)
+        names.append(name)
+        rows.append(" * ".join(e[0] for e in extents))
+    if not names:
+        return None
+    return " || ".join(f"({r}) <= {STREAM_ROWS}L" for r in dict.fromkeys(rows)), set(names)
+
+
+def _extent(dom, d: int, context) -> tuple:
+    """``(C, symbolic)``: the extent of set dimension ``d`` of ``dom`` over its
+    parameters (under the kernel's assumptions ``context``)."""
+    import islpy as isl
+
+    from .cexpr import isl_expr
+
+    n = dom.dim_max(d).sub(dom.dim_min(d)).add_constant_val(isl.Val.one(dom.get_ctx()))
+    n = n.gist_params(context).coalesce()
+    return isl_expr(isl.AstBuild.from_context(context).expr_from_pw_aff(n)), not n.is_cst()

@@ -228,6 +228,12 @@ def _isolate_full_panels(band, ext, depth: int, nks: int, nr: int):
         isl.UnionSet.from_set(opt.set_tuple_name("isolate")))
 
 
+#: rows of a contraction up to which an operand that is not a constant is read as it is
+#: rather than packed (``streamed``; in generic code, a run-time test: ``codegen_c/pack.
+#: direct_below``)
+STREAM_ROWS = 32
+
+
 def streamed(n: int, m: int, k: int, lanes: int) -> bool:
     """Whether a contraction reads a vector operand that is not a constant as it is
     rather than packed: ``n`` of at least 32 vectors (the pixels of a pointwise
@@ -236,4 +242,4 @@ def streamed(n: int, m: int, k: int, lanes: int) -> bool:
     from memory: 128 -> 16 channels over 55 x 55 6.7 -> 4.2 ms, 128 -> 32 and 256 -> 32
     over 27 x 27 2.0 -> 1.3 and 4.1 -> 3.2 ms, 32 -> 128 1.39 -> 1.21 (64 -> 16 over
     55 x 55 2.0 -> 2.1)."""
-    return n >= 32 * lanes and (m <= 32 or k <= 32)
+    return n >= 32 * lanes and (m <= STREAM_ROWS or k <= 32)
