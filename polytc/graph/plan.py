@@ -32,7 +32,7 @@ from ..kernel import Kernel
 from ..lang.inline import inline_temporaries
 from ..lang.parser import parse
 from ..lang.sema import check
-from ..runtime.memory import aligned_copy, aligned_empty, huge_empty, is_aligned
+from ..runtime.memory import aligned_copy, aligned_empty, huge_empty, huge_zeros, is_aligned
 from .bind import bind
 from .group import Group, Join, View, canonical, form_groups
 
@@ -432,9 +432,8 @@ class Arena:
         buf = self._buffers.get(k)
         if buf is None or buf.size < nbytes:
             grown = nbytes if buf is None else max(nbytes, 2 * buf.size)
-            buf = self._buffers[k] = huge_empty(grown)
-            if zero:  # (as the kernel's own temporaries start)
-                buf.fill(0)
+            # (zeroed: as the kernels' own temporaries start)
+            buf = self._buffers[k] = (huge_zeros if zero else huge_empty)(grown)
         return buf
 
     def scratch(self, group: str, kernel) -> list:
