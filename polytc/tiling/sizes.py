@@ -99,16 +99,21 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             tk = min(ext_k, max(tk, (m.l2 // 2) // (itemsize * ti)))
         else:
             tk = _even(ext_k, tk)
+        # the result's Ti x Tj block, loaded and stored at every Tk step, within twice
+        # L2 (sgemm 2048^3 with 4 MB blocks ran 1.1x slower): narrower j tiles
+        tj2 = min(tj, (2 * m.l2 // (itemsize * ext_i)) // nr * nr)
         if per_call and step > 1 and ti < ext_i and tk * nr * itemsize > m.l1 // 2 and \
-                ext_i * tj * itemsize <= 2 * m.l2 and ext_j >= step * tj and \
-                _busiest(ext_j, tj, step) <= ext_j / step * 1.06:
+                tj2 >= nr and ext_j >= step * tj2 and \
+                _busiest(ext_j, tj2, step) <= ext_j / step * 1.06:
             # i's register tiles outside the panels (``Tiler.contraction``): one tile of
             # all rows, the cores share the j tiles and each packs its part of the
-            # operand once (BLIS's jc loop), not all of it for each tile of rows (Zen 5,
-            # A/B in fresh processes: mlp2 0.95, mm_bias_relu 0.97, sgemm 1024^3 0.97).
-            # The result's Ti x Tj block, loaded and stored at every Tk step, within
-            # twice L2: sgemm 2048^3 (4 MB blocks instead of 2) ran 1.1x slower
-            ti = ext_i
+            # operand once (BLIS's jc loop), not all of it for each tile of rows; the
+            # packed Tk x Tj tile as deep as half of L2 holds, so the result block goes
+            # through the cores fewer times (Zen 5, A/B in fresh processes: mlp2 0.95,
+            # mm_bias_relu 0.97, sgemm 1024^3 0.97; 2048^3 in tiles 2048 x 256 x 512
+            # instead of 1024 x 512 x 128, 0.96-0.98)
+            ti, tj = ext_i, tj2
+            tk = _even(ext_k, min(ext_k, max(tk, (m.l2 // 2) // (itemsize * tj))))
         return Sizes((ti, tj, tk), (mr, nr))
     # the unpacked operand's Tk x Tj block in half of L2 (it was an eighth: SqueezeNet's
     # 512 -> 1000 classifier on 13 x 13, three reduction tiles of 170 -> one of 512:
