@@ -141,8 +141,8 @@ class Staged:
         return s
 
     def report(self) -> list:
-        lines = [f"run in stages around {self.host.label if self.host else ''}"
-                 f"{', '.join(self.values)}"]
+        """What ``Session.report`` shows: the stages, and each stage's own report."""
+        lines = [f"run in stages, as {self.why}"]
         if self.prefix is not None:
             lines.append("prefix:")
             lines.extend("  " + line for line in self.prefix.report().splitlines())
