@@ -102,8 +102,9 @@ class Staged:
             rest = self._rest({v: np.asarray(known[v]) for v in self.values}, known)
             known.update(zip(wanted, rest.run(wanted, {v: known[v] for v in
                                                        rest.graph.inputs})))
-        # (a constant output as a copy: the caller may write into it)
-        return [np.array(known[n]) if n in g.constants else known[n] for n in names]
+        # (a constant or an input returned as a copy: the caller may write into it)
+        return [np.array(known[n]) if n in g.constants or n in feeds else known[n]
+                for n in names]
 
     def _rest(self, baked: dict, known: dict):
         """The rest's session for the needed values ``baked`` (compiled the first time:
@@ -129,7 +130,8 @@ class Staged:
         for v in inputs:
             a = known[v]
             t = g.types.get(v)
-            if t is None or t.rank != a.ndim or a.dtype != t.dtype:
+            if t is None or t.rank != a.ndim or a.dtype != t.dtype or any(
+                    not isinstance(d, str) and d != n for d, n in zip(t.shape, a.shape)):
                 # a value whose shape depends on data: symbolic extents (a new count
                 # runs the generic code once the session made it generic)
                 types[v] = TensorType(a.dtype, tuple(f"{v}__{k}" for k in range(a.ndim)))
