@@ -131,6 +131,11 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         # over 55 x 55, 0.43 -> 0.21 ms; 0.048 -> 0.036 ms in 48 j tiles of 64, not 12 of 256)
         return Sizes((ext_i, tj2, tk), (mr, nr))
     ti = _balanced(ext_i, mr, share)
+    if share == 1 and ext_i * tk * itemsize <= m.l2 // 2:
+        # nothing to balance (loops around keep the cores busy): one tile of all rows,
+        # as no partial one is cut (BERT's attention products, 128 rows in tiles of
+        # 96: isl's AST 55 -> 26 ms per group, the same run time)
+        ti = ext_i
     rows = _busiest(ext_i, ti, share) * share / ext_i  # the busiest core's share, to 1
     if ext_i <= 64 and rows > 1.06 and _busiest(ext_j, tj2, share) * share / ext_j < rows:
         # rows that do not split evenly among the cores (32 output channels of a

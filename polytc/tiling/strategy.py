@@ -331,8 +331,7 @@ class Tiler:
             return None
         lead = [i] if i is not None else []
         outer = [m for m in par if m not in (i, j)]
-        # the iterations of the loops around the i tiles: a batch (outer members, or
-        # outer loops running indices of the statement) that keeps the cores busy
+        # the iterations of the loops around the i tiles (a batch) that keep cores busy
         around = [vars_[m] for m in outer] + list((outer_indices(node, sst, vars_) or {}))
         work = math.prod(max(1, self.extent(sst, v)) for v in around)
         # a symbolic batch may be 1: the cores share the tiles too (its loop and theirs
@@ -340,7 +339,9 @@ class Tiler:
         # projections at batch 1 ran on one core, 2x slower)
         shared = any(self.symbolic(sst, v) for v in around) and (
             operand is None or operand.tensor in self.constants)
-        cores = 1 if work >= 4 * self.machine.cores and not shared else None
+        # or an even share per core (4 heads on 2: rows split too only cut partial tiles)
+        even = work > 1 and work % self.machine.cores == 0
+        cores = 1 if (work >= 4 * self.machine.cores or even) and not shared else None
         order = outer + lead + [j] + red
         node = T.permute(node, order)
         ext = [self.extent(sst, vars_[m]) for m in order]
