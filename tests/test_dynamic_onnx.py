@@ -212,3 +212,8 @@ def test_growing_batches_keep_a_few_generations_of_memory():
     assert generic
     for g, arrays in generic[0].prepacked.items():
         assert all(p.prepacked[g] is arrays for p in generic)
+    # the groups' temporaries: one buffer per group and temporary, whatever the plans
+    scratch = [k for k in plans[0]._memory._buffers if isinstance(k, tuple)]
+    temps = {(s.name, t) for p in plans for s in p.steps if s.name in p.kernels
+             for t in range(len(p.kernels[s.name].temps))}
+    assert len(scratch) == len(temps)

@@ -214,3 +214,13 @@ def test_a_session_keeps_a_bounded_number_of_plans(monkeypatch):
         np.testing.assert_array_equal(s.run(None, {"x": _rnd(n)})[0], np.maximum(_rnd(n), 0))
     assert [k[0][0] for k in s._plans] == [4, 5, 6]
     np.testing.assert_array_equal(s.run(None, {"x": _rnd(2)})[0], np.maximum(_rnd(2), 0))
+
+
+def test_an_input_returned_by_a_staged_model_is_a_copy():
+    m = _model([helper.make_node("NonZero", ["x"], ["i"]),
+                helper.make_node("Identity", ["x"], ["y"])],
+               [vi("x", F32, [5])], [vi("i", I64, [1, None]), vi("y", F32, [5])])
+    x = np.array([0, 1, 0, 2, 3], np.float32)
+    i, y = ponnx.compile(m).run(None, {"x": x})
+    np.testing.assert_array_equal(i, [[1, 3, 4]])
+    assert not np.shares_memory(y, x) and np.array_equal(y, x)

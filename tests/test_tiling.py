@@ -436,6 +436,27 @@ def test_an_operand_packed_at_every_call_is_packed_once_by_the_cores():
     assert choose_sizes(512, 1536, 1024, 4, zen5, packed=True, per_call=True).cache[0] < 512
 
 
+def test_heads_split_evenly_keep_the_rows_whole():
+    """4 attention heads on 2 cores: the heads' loop is the parallel one, and the 128
+    rows of each head's product are one tile (rows split for the cores as well cut
+    partial tiles, twice isl's AST time), with no register tile of rows left over
+    beyond the one partial remainder."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    two = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(128, 128, 64, 4, two, cores=1).cache[0] == 128
+    assert choose_sizes(128, 128, 64, 4, two).cache[0] < 128
+    qk = polytc.tc("""
+def qk(float(4,128,64) Q, float(4,64,128) K) -> (S) {
+    S(h, i, j) +=! Q(h, i, d) * K(h, d, j)
+}""")
+    r = np.random.default_rng(0)
+    Q, K = r.random((4, 128, 64), np.float32), r.random((4, 64, 128), np.float32)
+    assert "cache tiles 1x128x" in str(qk.explain(Q, K, vectorizer=False))
+    np.testing.assert_allclose(qk(Q, K), Q @ K, rtol=1e-4)
+
+
 def test_few_rows_share_the_j_tiles_among_the_cores():
     """16 rows (a squeeze layer's output channels) over 3025 pixels: one row tile, and
     the parallel loop runs over the j tiles (each core reads its part of the vector

@@ -57,7 +57,7 @@ def needs(n: Node, constants: dict) -> NeedsValue:
     if n.op in HOST_OPS:
         return NeedsValue(f"node {n.label}: the shape of its output depends on its "
                           "input's values", node=n)
-    decide = [v for v in n.inputs[:2 if n.op == "Loop" else 1] if v]
+    decide = _decisions(n)
     if all(v in constants for v in decide):  # decided, and still not written out
         raise UnsupportedError(f"node {n.label}: polytc writes out only loops whose body "
                                "passes its condition through unchanged")
@@ -79,8 +79,12 @@ def _staged(n, g: Graph) -> bool:
         return False
     if n.op in HOST_OPS:
         return True
-    decide = n.inputs[:2 if n.op == "Loop" else 1]
-    return n.op in ("If", "Loop") and any(v and v not in g.constants for v in decide)
+    return n.op in ("If", "Loop") and any(v not in g.constants for v in _decisions(n))
+
+
+def _decisions(n) -> list:
+    """The inputs that decide an If (its condition) or a Loop (trip count, condition)."""
+    return [v for v in n.inputs[:2 if n.op == "Loop" else 1] if v]
 
 
 def check_supported(g: Graph) -> None:

@@ -100,7 +100,7 @@ def substitute(g: Graph, old: str, new: str, drop: Node) -> Graph:
     """Remove ``drop`` (whose output ``old`` equals value ``new``) and read ``new`` instead
     of ``old``.  When ``old`` is a graph output, ``new``'s producer is renamed instead."""
     nodes = [n for n in g.nodes if n is not drop]
-    if any(old in n.reads() and old not in n.inputs for n in nodes):
+    if old in _by_name(g):
         return g  # a subgraph (an If's branch) reads it by name: the node stays
     if old in g.outputs:
         prod = next((n for n in nodes if new in n.outputs), None)
@@ -150,6 +150,11 @@ def control_flow(g: Graph) -> Graph:
 
 def _has_subgraph(n: Node) -> bool:
     return any(isinstance(v, onnx.GraphProto) for _, v in n.attrs)
+
+
+def _by_name(g: Graph) -> set:
+    """The values that subgraphs (an If's branches) read from ``g`` by name."""
+    return {v for n in g.nodes if _has_subgraph(n) for v in n.reads() - set(n.inputs)}
 
 
 def remove_identities(g: Graph) -> Graph:
@@ -377,9 +382,8 @@ def cse(g: Graph) -> Graph:
         if first is None:
             seen[key] = n
             continue
-        if any(o in g.outputs for o in n.outputs) or \
-                any(o in m.reads() and o not in m.inputs for m in g.nodes for o in n.outputs):
-            continue  # (read by name in a subgraph: the node stays)
+        if any(o in g.outputs or o in _by_name(g) for o in n.outputs):
+            continue  # (or read by name in a subgraph: the node stays)
         for old, new in zip(n.outputs, first.outputs):
             if old:
                 g = substitute(g, old, new, n)

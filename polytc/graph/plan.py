@@ -98,12 +98,11 @@ class Plan:
         for s in groups:
             ck = self.kernels[s.name]
             if getattr(ck, "prepacked", None):
-                key = (id(ck._lib), tuple(s.inputs))
-                packed = self._memory.prepacked.get(key)
-                if packed is None or packed[0] is not ck._lib:
-                    packed = self._memory.prepacked[key] = (ck._lib, ck.prepack(
-                        [self.constants.get(v) for v in s.inputs]))
-                self.prepacked[s.name] = packed[1]
+                key = (ck._lib, tuple(s.inputs))  # (the library itself: never a stale id)
+                if key not in self._memory.prepacked:
+                    self._memory.prepacked[key] = ck.prepack(
+                        [self.constants.get(v) for v in s.inputs])
+                self.prepacked[s.name] = self._memory.prepacked[key]
         #: on an accelerator target, a compiled kernel whose upload/download move values
         #: (any one will do: they share the device); None on the C target, or when no
         #: group was compiled (then only views run, on host arrays)
