@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import polytc.onnx as ort
 from polytc import ModelError, UnsupportedError, config
 from polytc.graph import examples, ortapi
+from polytc.graph.layout import onnx_op
 from polytc.graph.passes import PASSES
 from polytc.graph.session import Session
 from polytc.options import OptionsError
@@ -137,7 +138,7 @@ def test_each_level_runs_the_passes_of_its_table(by_level):
 
 
 def test_the_level_table_names_every_graph_pass_once():
-    names = ortapi.REQUIRED + ortapi.SIMPLIFY + ortapi.REWRITE
+    names = ortapi.REQUIRED + ortapi.SIMPLIFY + ortapi.REWRITE + ortapi.LAYOUT
     assert sorted(names) == sorted(n for n, _ in PASSES)
     assert set(ortapi.LEVELS) == set(L)
     assert [(m.name, m.value) for m in L] == [
@@ -293,7 +294,8 @@ def test_profiling_writes_a_chrome_trace_with_nested_group_events(cnn, tmp_path)
         inside = [e for e in nodes if r["ts"] <= e["ts"] and
                   e["ts"] + e["dur"] <= r["ts"] + r["dur"]]
         assert [e["name"] for e in inside] == [f"{s.name}_kernel_time" for s in steps]
-        assert [e["args"]["op_name"] for e in inside] == ["+".join(s.ops) for s in steps]
+        assert [e["args"]["op_name"] for e in inside] == \
+            ["+".join(map(onnx_op, s.ops)) for s in steps]
         assert all(e["args"]["provider"] == "CPUExecutionProvider" for e in inside)
     assert "Conv+Relu" in {e["args"]["op_name"] for e in nodes}
     assert sess.end_profiling() == ""  # profiling has stopped

@@ -61,11 +61,13 @@ REQUIRED = ("widen_halves", "quantised_ops", "fold_constants", "control_flow")
 SIMPLIFY = ("remove_identities", "fold_batchnorm", "simplify", "cse", "dce")
 #: rewrites into faster loop nests (onnxruntime's layout transformations, roughly)
 REWRITE = ("pointwise_convs", "global_pools")
+#: blocked channels (onnxruntime's NCHWc transformer, of its layout level)
+LAYOUT = ("blocked_layout",)
 L = GraphOptimizationLevel
 #: level -> (the passes it skips, whether ops fuse into groups: else one kernel per op)
-LEVELS = {L.ORT_DISABLE_ALL: (SIMPLIFY + REWRITE, False),
-          L.ORT_ENABLE_BASIC: (REWRITE, False),
-          L.ORT_ENABLE_EXTENDED: ((), True),
+LEVELS = {L.ORT_DISABLE_ALL: (SIMPLIFY + REWRITE + LAYOUT, False),
+          L.ORT_ENABLE_BASIC: (REWRITE + LAYOUT, False),
+          L.ORT_ENABLE_EXTENDED: (LAYOUT, True),
           L.ORT_ENABLE_LAYOUT: ((), True),
           L.ORT_ENABLE_ALL: ((), True)}
 

@@ -15,6 +15,7 @@ from onnx import helper, numpy_helper
 from .. import config
 from ..diagnostics import ModelError
 from . import control, halves, quantised
+from .layout import UNARY as _UNARY, blocked_layout
 from .ir import Graph, Node, TensorType
 
 #: ops whose result is not a function of their inputs: never folded or merged
@@ -227,11 +228,6 @@ def _fold_batchnorms(g: Graph) -> Graph:
     return g.replace(nodes=nodes, constants=consts)
 
 
-#: unary elementwise ops (their other inputs are parameters): they commute with a Reshape
-_UNARY = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu",
-          "Selu", "Softplus", "Abs", "Neg"}
-
-
 def pointwise_convs(g: Graph) -> Graph:
     """A Conv with a 1x1 constant kernel, stride 1, no padding and one group is a matrix
     product over the flattened image: ``Reshape(x, [0, C, H*W...])``, ``MatMul(W[M, C], .)``,
@@ -410,6 +406,7 @@ PASSES = [
     ("control_flow", control_flow),
     ("remove_identities", remove_identities),
     ("fold_batchnorm", fold_batchnorm),
+    ("blocked_layout", blocked_layout),
     ("pointwise_convs", pointwise_convs),
     ("global_pools", global_pools),
     ("simplify", simplify),

@@ -10,7 +10,8 @@ as a JSON list of complete events (``"ph": "X"``), each with ``cat``, ``name``, 
   of every plan known then) and one ``model_run`` per run;
 * ``cat: "Node"``: one ``<group>_kernel_time`` per compiled group of a run, its
   ``args`` holding ``op_name`` (the group's ops, ``MatMul+Add+Relu``: one fused kernel
-  stands for them), ``node_names`` and ``provider``.
+  stands for them; blocked forms by their ONNX op, ``layout.onnx_op``), ``node_names``
+  and ``provider``.
 
 A group's time is the native entry point's own clock around its fills and its kernel
 (``native.Driver``: ``polytc_exec`` adds each step's seconds to ``t[step]``); it records
@@ -25,6 +26,8 @@ import os
 import threading
 import time
 from datetime import datetime
+
+from .layout import onnx_op
 
 
 class Profiler:
@@ -64,7 +67,7 @@ class Profiler:
         for g, seconds in groups:
             dur = min(round(seconds * 1e6), end - at)  # (inside the run, to the us)
             self._event("Node", f"{g.name}_kernel_time", at, dur,
-                        {"op_name": "+".join(g.ops),
+                        {"op_name": "+".join(onnx_op(o) for o in g.ops),
                          "node_names": [n.name for n in g.nodes],
                          "provider": self.provider})
             at += dur

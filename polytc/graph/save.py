@@ -20,7 +20,7 @@ compiled plan yet (symbolic input dimensions, never run) is written without func
 The passes introduce a few forms that ONNX does not define: ``Conv`` in int32 (a
 quantised product, ``quantised.py``), ``QuantizeLinear`` to float (or with
 ``output_dtype`` before opset 21), ``Upsample`` in an opset that no longer has it
-(``onnx_import._resize10``).  Every node that onnx's
+(``onnx_import._resize10``), the ops on blocked channels (``layout.py``).  Every node that onnx's
 checker or type inference rejects at the model's opset is written in the domain
 ``INTERNAL``, which polytc's importer reads as the standard domain; a model holding
 such nodes is for polytc only (``onnx.checker.check_model`` accepts it, the custom

@@ -507,7 +507,6 @@ def _avgpool(ctx):
     x, y, i, ranges, geo = _pool_setup(ctx)
     if y.size == 0:
         return
-    kernel, strides, dil, begin, out = geo
     read = _window_read(ctx, x, i, geo, 0)
     if ctx.node.op == "LpPool":
         p = int(ctx.attr("p", 2))
@@ -520,9 +519,14 @@ def _avgpool(ctx):
             ctx.emit(y, i, root)
         return
     ctx.emit(y, i, read, "+=!", ranges)
-    # the divisor: the number of window positions inside X (count_include_pad: inside
-    # the padded X), which varies with the position where windows leave it
-    nd = x.rank - 2
+    _divide_by_count(ctx, x, y, i, geo, x.rank - 2)
+
+
+def _divide_by_count(ctx, x, y, i, geo, nd):
+    """``y(i) /=`` the number of window positions inside X (count_include_pad: inside
+    the padded X), which varies with the position where windows leave it; X's ``nd``
+    spatial dimensions follow its first two (NCHW, or blocked NCHWc)."""
+    kernel, strides, dil, begin, out = geo
     inc = bool(ctx.attr("count_include_pad", 0))
     pos = _positions(strides, dil, begin, nd)
     count = []
@@ -554,7 +558,8 @@ def _avgpool(ctx):
         ctx.emit(y, i, f"{y(*i)} / ({' * '.join(factors)})")
         return
     cnt = ctx.temp(out, x.dtype)
-    ci = i[2:]
+    ci = i[2:2 + nd]
+    ranges = {f"k{d}": (0, kernel[d]) for d in range(nd)}
     one, zero = literal(1, x.dtype), literal(0, x.dtype)
     ctx.emit(cnt, ci, f"(({' && '.join(count)}) ? {one} : {zero})", "+=!", ranges)
     ctx.emit(y, i, f"{y(*i)} / {cnt(*ci)}")
