@@ -99,16 +99,17 @@ CASES = [
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_chain_matches_onnxruntime(case):
     """An NCHW image into a blocked convolution, pools and a depthwise convolution at
-    odd sizes, pads, strides, dilations and ceil modes; a residual Add, a Concat of
-    channels, a value read outside the region, a global pool."""
+    odd sizes, pads, strides, dilations and ceil modes; convolutions of blocked images,
+    a residual Add, a Concat of channels, a value read outside the region, a global
+    pool."""
     image, stride, maxpool, dw, avg = CASES[case]
     g = _G(case)
     h = g.op("Relu", [g.conv("x", 3, 2 * C, 3, strides=[stride, stride], pads=[1, 1, 1, 1])])
     h = g.op("MaxPool", [h], **maxpool)
     d = g.op("Clip", [g.conv(h, 2 * C, 2 * C, 3, group=2 * C, **dw), g.scalar(0.0),
                       g.scalar(6.0)])
-    p = g.conv(d, 2 * C, 2 * C, 1)
-    s = g.op("Add", [p, g.conv(d, 2 * C, 2 * C, 1)])
+    p = g.conv(d, 2 * C, C, 1)  # (one block of filters: reads the blocked image)
+    s = g.op("Add", [p, g.conv(d, 2 * C, C, 1)])
     a = g.op("AveragePool", [s], **avg)
     cat = g.op("Concat", [a, g.op("MaxPool", [a], kernel_shape=[1, 1])], axis=1)
     top = g.op("GlobalMaxPool", [cat])
@@ -134,6 +135,22 @@ def test_small_cnn_and_symbolic_batch():
         feeds = ex.example_inputs(dyn, seed=batch, batch=batch)
         np.testing.assert_allclose(sess.run(None, feeds)[0], reference(dyn, feeds)[0],
                                    rtol=1e-4, atol=1e-5)
+
+
+def test_wide_convolutions_split_regions():
+    """A convolution of several blocks of filters reads NCHW: the pool before it is one
+    region, which pays, the pool after it another, whose wide convolution outweighs it."""
+    g = _G(7)
+    h = g.op("MaxPool", [g.op("Relu", [g.conv("x", 3, C, 3, pads=[1, 1, 1, 1])])],
+             kernel_shape=[2, 2], strides=[2, 2])
+    w = g.op("Relu", [g.conv(h, C, 8 * C, 3, pads=[1, 1, 1, 1])])
+    top = g.op("MaxPool", [w], kernel_shape=[2, 2], strides=[2, 2])
+    m = g.model([("x", [1, 3, 16, 16])], [top])
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    sess = _check(m, {"x": x})
+    ops = [n.op for n in sess.graph.nodes]
+    assert ops.count("BlockedMaxPool") == 1 and ops.count("MaxPool") == 1
+    assert ops.count("BlockedConv") == 1 and ops.count("Conv") == 1
 
 
 def test_wide_convolutions_keep_nchw():

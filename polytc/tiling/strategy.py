@@ -496,19 +496,18 @@ class Tiler:
         return row.band_sink().parent() if n > 1 else row.band_sink()
 
     def window_rows(self, body, last) -> int | None:
-        """The number of window points of a reduction ``body`` if at most 64 and its
-        index ``last`` is its result's last index, over at least a vector, and every
-        read's last subscript, and no read is guarded (see ``sink_rows``); else None."""
+        """The window points (<= 64) of a reduction ``body`` over rows along its result's
+        last index ``last``, a vector or more, unguarded (``sink_rows``)."""
+        reads = P.reads(body.stmt.rhs)
         if last is None or last != self.target_var(body) or not all(
-                r.indices and body.vars[last] in P.index_names(r.indices[-1])
-                for r in P.reads(body.stmt.rhs)):
+                r.indices and body.vars[last] in P.index_names(r.indices[-1]) for r in reads):
             return None  # some read would not be a row along ``last`` (a dot product)
+        if all(P.index_names(r.indices[-1]) == {body.vars[last]} for r in reads):
+            return None  # no window slides along the rows (blocked channels): registers
         if any(isinstance(e, P.Select) for e in P.walk(body.stmt.rhs)):
             return None  # a guarded read (a select) would not vectorise well
-        window = 1
-        for v, name in enumerate(body.vars):
-            if name in body.stmt.reduction_vars:
-                window *= self.extent(body, v)
+        window = math.prod(self.extent(body, v) for v, name in enumerate(body.vars)
+                           if name in body.stmt.reduction_vars)
         lanes = self.machine.lanes(body.stmt.rhs.dtype.np_dtype.itemsize)
         return window if self.extent(body, last) >= lanes and window <= 64 else None
 
