@@ -89,10 +89,11 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         if ti % mr and ti <= 64:
             # a row tile of a few register tiles, partial: rows that divide it instead,
             # within the accumulator budget (a GRU's 16 batch rows, 8 a core: 6 + 2 rows
-            # -> 4 + 4, 0.965 -> 0.89 ms, its cold compile 6.9 -> 4.9 s; BERT's 64-row
-            # tiles of its projections 6 x 64 -> 4 x 64: isl's AST 28.6 -> 12.6 ms a
-            # group, the model's cold compile 1.15-1.19 -> 1.01-1.05 s, the run times
-            # of BERT, the transformer, the MLP, LSTM and GRU within 1%)
+            # -> 4 + 4, 0.965 -> 0.89 ms, its cold compile 6.9 -> 4.9 s; 32 rows a core
+            # of a 64 x 512 x 1000 product with constant weights, 6 x 64 -> 4 x 64:
+            # 305-330 -> 142-144 us; BERT's 64-row tiles of its projections: isl's AST
+            # 28.6 -> 12.6 ms a group, the model's cold compile 1.15-1.19 -> 1.01-1.05
+            # s, the run times of BERT, the transformer, MLP, LSTM and GRU within 1%)
             mr = next((r for r in (8, 4) if ti % r == 0 and r * -(-nr // lanes) <= 24), mr)
         tj = nr * max(1, min(8, -(-ext_j // nr)))
         if ti * min(tj, ext_j) * itemsize > m.l2 // 4:
