@@ -167,3 +167,17 @@ def test_layout_stage_shows_the_region():
     text = ponnx().compile(m).stages["blocked_layout"]
     assert "BlockedConv" in text and "Unblock" in text
     assert f"x{C}]" in text  # a blocked value's type, [N, C / c, H, W, c]
+
+
+def test_a_bad_convolution_is_reported_not_blocked():
+    """Weights whose channels do not match the image stay a Conv, whose lowering says
+    what is wrong (the pass reorders no weights it cannot)."""
+    import polytc
+
+    g = _G(3)
+    w = g.const([C, 4, 3, 3])
+    h = g.op("Conv", ["x", w], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    top = g.op("MaxPool", [h], kernel_shape=[2, 2], strides=[2, 2])
+    m = g.model([("x", [1, 3, 8, 8])], [top])
+    with pytest.raises(polytc.PolytcError, match="channel|Conv"):
+        ponnx().compile(m).run(None, {"x": np.zeros((1, 3, 8, 8), np.float32)})
