@@ -64,6 +64,8 @@ class Session:
         _check_device(target)
         backends.get(target).warm()
         t0 = time.perf_counter()
+        if target != "c":  # (its block is the CPU's vector: an accelerator's threads differ)
+            disable = (*disable, "blocked_layout")
         self.graph, self.stages = imported(model, where, disable)
         check_supported(self.graph)  # every unsupported op at once, before compiling
         self._setup(options or Options(), fuse, target, native)
