@@ -924,6 +924,23 @@ def test_window_reductions_vectorise_over_rows(src, shapes, kind):
     assert "pt_nan0 |=" in ck.code and "reduction(" not in ck.code
 
 
+BLOCKED_POOL = """def pool(float(N,B,H,W,L) I) -> (O) {
+    O(n, b, h, w, l) max=! I(n, b, 2 * h + kh, 2 * w + kw, l)
+        where h in 0:(H - 3) / 2 + 1, w in 0:(W - 3) / 2 + 1, kh in 0:3, kw in 0:3
+}"""
+
+
+def test_blocked_channel_window_accumulates_in_registers():
+    """A window over blocked channels (``graph/layout.py``) does not slide along the
+    rows: it is not sunk below them, each lane accumulates its window in a register,
+    and the max's init folds into the accumulators (no pass that writes -inf to the
+    result and reads it back: one parallel loop)."""
+    ck = check(BLOCKED_POOL, [(2, 3, 17, 15, 16)], polytc.Options(parallel_min_points=1))
+    assert "sink " not in ck.stages["tiling"]
+    assert "fold S0; init I0" in ck.stages["fold"]
+    assert "pt_acc0[" in ck.code and ck.code.count("omp parallel for") == 1
+
+
 GUARDED_POOL = """def pool(float(N,C,H,W) I) -> (O) {
     O(n, c, h, w) max=! (2 * h + kh - 1 >= 0 && 2 * w + kw - 1 >= 0) ?
         I(n, c, 2 * h + kh - 1, 2 * w + kw - 1) : -1.0 / 0.0

@@ -137,11 +137,7 @@ def _kind(n: Node, g: Graph, c: int) -> str | None:
 
 def _images(n: Node, kind: str) -> list:
     """The images a node of ``kind`` reads."""
-    if kind == "add":
-        return list(n.inputs)
-    if kind == "concat":
-        return list(n.inputs)
-    return [n.inputs[0]]
+    return list(n.inputs) if kind in ("add", "concat") else [n.inputs[0]]
 
 
 def _elements(t: TensorType | None) -> int | None:

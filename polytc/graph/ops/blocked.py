@@ -15,7 +15,7 @@ register tiles' lanes run over ``c_out``, contiguous in the weights and the resu
 """
 from __future__ import annotations
 
-from .nn import _divide_by_count, _positions, _window, _inside
+from .nn import _divide_by_count, _guard, _padded, _positions, _window
 from .registry import idx, literal, op
 
 
@@ -28,34 +28,9 @@ def _geometry(ctx, x, kernel, ceil_mode=False):
 def _guarded(x, geo, pos, fill, dtype) -> str:
     """The read of ``x`` at window positions ``pos`` (rows, columns), ``fill`` where a
     window point leaves the image."""
-    kernel, strides, dil, begin, out = geo
-    cond = []
-    for d in range(2):
-        n = x.shape[d + 2]
-        last = (out[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) - begin[d]
-        cond += _inside(pos[d], 0, n, begin[d] > 0, last >= n)
+    cond = _guard(x, geo, pos)
     read = x("i0", "i1", *pos, "i4")
     return f"({' && '.join(cond)}) ? {read} : {literal(fill, dtype)}" if cond else read
-
-
-def _padded(ctx, x, geo):
-    """A copy of the blocked ``x`` padded with zeros to the extent the windows read, and
-    its begin offsets (``x`` itself when no window leaves it): a convolution's operand
-    reads no guard, so the tiler packs and register-tiles it."""
-    kernel, strides, dil, begin, out = geo
-    need = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, strides, dil, kernel)]
-    if not any(begin) and all(n <= e for n, e in zip(need, x.shape[2:4])):
-        return x, [0, 0]
-    p = ctx.temp((*x.shape[:2], *need, x.shape[4]), x.dtype)
-    i = idx(5)
-    cond = []
-    for d in range(2):
-        end = begin[d] + x.shape[d + 2]
-        cond += _inside(i[d + 2], begin[d], end, begin[d] > 0, need[d] > end)
-    read = x(i[0], i[1], *[f"{v} - {o}" if o else v for v, o in zip(i[2:4], begin)], i[4])
-    ctx.emit(p, i, f"({' && '.join(cond)}) ? {read} : {literal(0, x.dtype)}"
-             if cond else read)
-    return p, [0, 0]
 
 
 @op("BlockedConv")
@@ -75,24 +50,21 @@ def _blocked_conv(ctx):
     i = idx(5)
     ks = ["k0", "k1"]
     ranges = {"k0": (0, kernel[0]), "k1": (0, kernel[1])}
+    # (an NCHW image's plane filled, then copied into; a blocked one's by a select per
+    # pixel, the same for every lane)
+    src, offset = _padded(ctx, x, geo, 0, fill_first=x.rank == 4)
+    pos = _positions(geo[1], geo[2], offset, 2)
     if x.rank == 4:  # an NCHW image: the channels are a reduction index of their own
-        from .nn import _padded as padded_nchw
-
-        src, offset = padded_nchw(ctx, x, geo, 0, fill_first=True)
-        pos = _positions(geo[1], geo[2], offset, 2)
         read = src(i[0], "r0", *pos)
         wread = w(i[1], "r0", *ks, i[4])
         ranges["r0"] = (0, x.shape[1])
+    elif depthwise:
+        read = src(i[0], i[1], *pos, i[4])
+        wread = w(i[1], *ks, i[4])
     else:
-        src, offset = _padded(ctx, x, geo)
-        pos = _positions(geo[1], geo[2], offset, 2)
-        if depthwise:
-            read = src(i[0], i[1], *pos, i[4])
-            wread = w(i[1], *ks, i[4])
-        else:
-            read = src(i[0], "r0", *pos, "r1")
-            wread = w(i[1], "r0", *ks, "r1", i[4])
-            ranges.update({"r0": (0, x.shape[1]), "r1": (0, c)})
+        read = src(i[0], "r0", *pos, "r1")
+        wread = w(i[1], "r0", *ks, "r1", i[4])
+        ranges.update({"r0": (0, x.shape[1]), "r1": (0, c)})
     ctx.emit(y, i, f"{read} * {wread}", "+=!", ranges)
     if b is not None:
         ctx.emit(y, i, f"{y(*i)} + {b(i[1], i[4])}")

@@ -298,17 +298,19 @@ def _padded(ctx, x, geo, fill, fill_first=False):
     when no window leaves it, else a copy padded with ``fill`` to the extent the windows
     need (so the window statement reads without guards, and vectorises).
     ``fill_first``: a plane that fits in half of L1 is filled, then the input is copied
-    into its part (max pooling, and convolutions of whole channels)."""
+    into its part (max pooling, and convolutions of whole channels).  The spatial
+    dimensions follow the first two; a blocked image's lanes after them stay whole."""
     kernel, strides, dil, begin, out = geo
-    nd = x.rank - 2
+    nd = len(kernel)
     need = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, strides, dil, kernel)]
     if not any(begin) and all(n <= e for n, e in zip(need, x.shape[2:])):
         return x, begin
     from ...machine import host
 
-    p = ctx.temp((*x.shape[:2], *need), x.dtype)
+    p = ctx.temp((*x.shape[:2], *need, *x.shape[2 + nd:]), x.dtype)
     pi = idx(x.rank)
-    read = x(*pi[:2], *[f"{v} - {o}" if o else v for v, o in zip(pi[2:], begin)])
+    read = x(*pi[:2], *[f"{v} - {o}" if o else v for v, o in zip(pi[2:], begin)],
+             *pi[2 + nd:])
     if fill_first and math.prod(need) * x.dtype.itemsize <= host().l1 // 2:
         # filled, then the input copied into its part: two plain vector loops where the
         # select below reads the input one element off a vector and masks it (the small
@@ -446,10 +448,11 @@ def _split_read(ctx, x, geo, fill, fill_first=False):
 
 
 def _guard(x, geo, pos) -> list:
-    """The conditions under which window positions ``pos`` are inside X."""
+    """The conditions under which window positions ``pos`` (of X's spatial dimensions,
+    after its first two) are inside X."""
     kernel, strides, dil, begin, out = geo
     guard = []
-    for d in range(x.rank - 2):
+    for d in range(len(pos)):
         n = x.shape[d + 2]
         last = (out[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) - begin[d]
         guard += _inside(pos[d], 0, n, begin[d] > 0, last >= n)
