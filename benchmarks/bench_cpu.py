@@ -543,9 +543,9 @@ def init_family(family, threads) -> str:
 
 
 def init_target(target: str, threads: int) -> str:
-    """Start polytc's ``target`` runtime (pyopencl and its device, pycuda and the GPU);
-    the version line: pyopencl's (or pycuda's) and the device.  ImportError when the
-    target cannot run here (no package, no device)."""
+    """Start polytc's ``target`` runtime (pyopencl and its device, the CUDA driver and
+    the GPU); the version line: pyopencl's (or the driver's) and the device.  ImportError
+    when the target cannot run here (no package, no device)."""
     if target == "opencl" and not os.environ.get("POCL_MAX_PTHREAD_COUNT"):
         # PoCL's CPU device starts one thread per core; the same count as everyone else
         os.environ["POCL_MAX_PTHREAD_COUNT"] = str(threads)
@@ -557,8 +557,11 @@ def init_target(target: str, threads: int) -> str:
         dev = be.device()
     except polytc.PolytcError as e:
         raise ImportError(f"polytc target {target}: {short(e)}") from None
-    lib = __import__("pyopencl" if target == "opencl" else "pycuda")
-    ver = getattr(lib, "VERSION_TEXT", None) or getattr(lib, "__version__", None) or "?"
+    if target == "opencl":
+        import pyopencl
+        ver = pyopencl.VERSION_TEXT
+    else:
+        ver = be.cache_facts()["device"]["driver"]
     return f"{ver} on {dev.name}"
 
 
@@ -1241,7 +1244,7 @@ def report(args, chosen, threads, workers, versions, missing, notes):
     for t in args.targets[1:]:
         family = f"polytc.{t}"
         if versions.get(family):
-            vers.append(f"{t}: {'pyopencl' if t == 'opencl' else 'pycuda'} "
+            vers.append(f"{t}: {'pyopencl' if t == 'opencl' else 'driver'} "
                         f"{versions[family]}")
         else:
             vers.append(f"{t}: " + ("not available" if family in missing

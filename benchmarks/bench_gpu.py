@@ -21,7 +21,7 @@ sampled round-robin, the order rotating every round, and the median sample is re
 Every output is checked against PyTorch's once (allclose, rtol 1e-3, atol 1e-3 times the
 reference's largest magnitude when above 1); a wrong one reads ``WRONG`` and is not timed.
 
-Without a GPU, pycuda or a CUDA build of PyTorch it says so and exits with status 0.
+Without a GPU (and its driver), nvcc or a CUDA build of PyTorch it says so and exits with status 0.
 ``--target opencl`` runs the same kernels on polytc's OpenCL device (inputs as pyopencl
 arrays on it) against PyTorch on the CPU: on a machine with PoCL that exercises the
 script (``--target opencl --quick``), it is not a GPU measurement.
@@ -188,7 +188,7 @@ def sizes_text(s: dict) -> str:
 # --- the device ---------------------------------------------------------------------------
 
 class Skip(Exception):
-    """This machine cannot run the benchmark (no GPU, no pycuda, ...): the reason."""
+    """This machine cannot run the benchmark (no GPU, no nvcc, ...): the reason."""
 
 
 class CudaSide:
@@ -205,10 +205,6 @@ class CudaSide:
             why = ("this PyTorch is a CPU-only build" if torch.version.cuda is None
                    else "PyTorch sees no CUDA GPU")
             raise Skip(f"no CUDA GPU: {why} (torch {torch.__version__})")
-        try:
-            import pycuda  # noqa: F401
-        except ImportError:
-            raise Skip("pycuda is not installed: pip install 'polytc[cuda]'") from None
         import polytc
         from polytc.codegen_cuda import nvcc_available, nvcc_command
         from polytc.backends import get as backend
@@ -231,12 +227,12 @@ class CudaSide:
 
     def describe(self) -> str:
         t = self.torch
-        import pycuda
+        from polytc.runtime import cuda
 
         return (f"{t.cuda.get_device_name()} ({self.device.compute_units} SMs), torch "
                 f"{t.__version__} (CUDA {t.version.cuda}, cuDNN "
-                f"{t.backends.cudnn.version()}), pycuda {pycuda.VERSION_TEXT}; TF32 off "
-                f"in cuBLAS and cuDNN")
+                f"{t.backends.cudnn.version()}), driver {cuda.device_key()['driver']}; TF32 "
+                f"off in cuBLAS and cuDNN")
 
     def polytc_inputs(self, arrays):
         return [self.torch.from_numpy(a).to(self.dev) for a in arrays]
@@ -245,8 +241,6 @@ class CudaSide:
         return polytc_inputs  # the same tensors
 
     def host(self, out):
-        if hasattr(out, "gpudata"):  # a pycuda GPUArray
-            return out.get()
         return out.detach().cpu().numpy()
 
     def sync(self):

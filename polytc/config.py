@@ -20,6 +20,8 @@
                         first GPU, else the first device)
 ``POLYTC_NVCC``         the CUDA compiler (default ``nvcc``)
 ``POLYTC_CUDA_ARCH``    the ``compute_XY`` to compile for without a GPU (default 90)
+``POLYTC_CUDA_DRIVER``  the CUDA driver library the cuda target loads (default
+                        ``libcuda.so.1``, which the NVIDIA driver installs)
 ``POLYTC_INT8_DOT``     ``1``/``0``: quantised products as ``dot4`` of int8 words, or as
                         float products (default: ``dot4`` where the CPU has VNNI;
                         graph/quantised.py)
@@ -79,6 +81,10 @@ def nvcc() -> str:
 
 def cuda_arch() -> str:
     return os.environ.get("POLYTC_CUDA_ARCH", "90")
+
+
+def cuda_driver() -> str:
+    return os.environ.get("POLYTC_CUDA_DRIVER", "libcuda.so.1")
 
 
 def fuzz_examples(default: int = 200) -> int:

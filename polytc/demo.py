@@ -131,7 +131,7 @@ def _export_demo(sess, feeds, want) -> None:
 
 def _accelerator_demo(ks, cases) -> None:
     """The same kernels on the OpenCL device (PoCL's CPU device when there is no GPU)
-    and, where pycuda and a GPU are present, on CUDA."""
+    and, where a GPU and its driver are present, on CUDA."""
     from . import backends as targets
 
     for target in ("opencl", "cuda"):

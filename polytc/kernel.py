@@ -271,7 +271,7 @@ def _policy(program: P.Program, dynamic):
 
 def _signature(a) -> tuple:
     """What the fast path compares: shape, strides and dtype of a numpy (or pyopencl)
-    array, or the CUDA array interface of a device array (PyTorch, CuPy, pycuda)."""
+    array, or the CUDA array interface of a device array (PyTorch, CuPy, polytc's DeviceArray)."""
     try:
         return a.shape, a.strides, a.dtype
     except AttributeError:

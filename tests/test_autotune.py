@@ -370,8 +370,7 @@ def test_autotune_opencl_isolates_failures(cache_dir):
     np.testing.assert_allclose(best(A, B), A @ B, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(targets.available("cuda"), reason="checks the no-GPU behaviour")
-def test_autotune_cuda_without_a_gpu(cache_dir):
+def test_autotune_cuda_without_a_gpu(cache_dir, no_gpu):
     """Where CUDA kernels cannot run, every candidate fails in its worker; the search
     ends and keeps the kernel's options on the cuda target."""
     A, B = _matmul_inputs(8)

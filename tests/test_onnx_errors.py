@@ -153,7 +153,7 @@ def test_empty_graph():
         ponnx.compile(m)
 
 
-def test_unknown_target():
+def test_unknown_target(no_gpu):
     with raises(UnsupportedError, "target 'cuda' is not available", "targets: c"):
         ponnx.compile(small_model(), target="cuda")
 

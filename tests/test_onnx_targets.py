@@ -3,9 +3,9 @@ target="opencl")`` gives the same outputs as ``target="c"`` (and as the referenc
 every group compiled for the device and the values kept there between groups; the CLI's
 ``--target``; unknown and unusable targets raise polytc errors.
 
-The OpenCL device here is whatever ``polytc.runtime.opencl`` picks (PoCL's CPU device in
-CI); the module is skipped where there is none.  ``cuda`` runs only on a machine with a
-GPU and pycuda, which CI lacks: there it must fail with a clear polytc error.
+The device is OpenCL's where there is one (whatever ``polytc.runtime.opencl`` picks:
+PoCL's CPU device), else a CUDA GPU; the module is skipped where there is neither.
+Without a GPU ``cuda`` must fail with a clear polytc error.
 """
 from __future__ import annotations
 
@@ -22,11 +22,10 @@ from .test_onnx_errors import raises, small_model
 from .test_onnx_models import model, reference
 from .test_onnx_models import session as c_session
 
-pytestmark = pytest.mark.skipif(not targets.available("opencl"),
-                                reason="no OpenCL device (pyopencl, pocl)")
+TARGET = next((t for t in ("opencl", "cuda") if targets.available(t)), None)
+pytestmark = pytest.mark.skipif(TARGET is None, reason="no OpenCL device, no CUDA GPU")
 
 RTOL, ATOL = 1e-4, 1e-5
-TARGET = "opencl"
 
 # the models of polytc.graph.examples that compile in seconds (test_onnx_models' sizes)
 MODELS = ["mlp", "small_cnn", "resnet_block", "transformer_layer", "lstm"]
@@ -104,7 +103,7 @@ def test_symbolic_batch():
         np.testing.assert_allclose(y, np.maximum(x + b, 0) * np.arange(4, dtype=np.float32),
                                    rtol=1e-6)
     assert len(sess._plans) == 3
-    assert "values on the opencl device" in sess.report()
+    assert f"values on the {TARGET} device" in sess.report()
 
 
 def _model(nodes, inputs, outputs, inits=()):
@@ -186,8 +185,7 @@ def test_unknown_target():
         ponnx().compile(small_model(), target="tpu")
 
 
-@pytest.mark.skipif(targets.available("cuda"), reason="CUDA is usable here")
-def test_cuda_unavailable_is_a_polytc_error():
+def test_cuda_unavailable_is_a_polytc_error(no_gpu):
     with raises(UnsupportedError, "target 'cuda' is not available here: ", "targets: c"):
         ponnx().compile(small_model(), target="cuda")
 
@@ -211,11 +209,11 @@ def cli(capsys, *args):
     return rc, out, err
 
 
-def test_cli_target_opencl(files, capsys, tmp_path):
+def test_cli_target(files, capsys, tmp_path):
     d, want = files
     rc, out, err = cli(capsys, "compile", d / "small.onnx", "--target", TARGET)
     assert rc == 0, err
-    assert "1 compiled groups" in out and "values on the opencl device" in out
+    assert "1 compiled groups" in out and f"values on the {TARGET} device" in out
     rc, out, err = cli(capsys, "run", d / "small.onnx", "--input", d / "in.npz",
                        "--target", TARGET, "--output", tmp_path / "out.npz")
     assert rc == 0, err

@@ -366,11 +366,7 @@ def test_providers_pick_polytcs_target(views):
         ort.InferenceSession(m, providers=[("CPUExecutionProvider", "fast")])
 
 
-def test_cuda_falls_back_to_the_cpu_with_a_warning_where_there_is_none(views):
-    from polytc import backends
-
-    if backends.available("cuda"):
-        pytest.skip("a CUDA device is here")
+def test_cuda_falls_back_to_the_cpu_with_a_warning_where_there_is_none(views, no_gpu):
     m, feeds, _ = views
     with pytest.warns(UserWarning, match="CUDAExecutionProvider is not available here"):
         s = ort.InferenceSession(m, providers=["CUDAExecutionProvider",

@@ -4,7 +4,8 @@
   own mapping, with the GPU mapping (tiles on work-groups, points on work-items, shared
   memory), and with odd sizes that force cyclic distribution of tiles and points.
 * ``cuda``: every kernel's CUDA source is compiled to PTX with nvcc (no GPU needed);
-  with pycuda and a GPU the kernels also run.
+  on a machine with a GPU (and its driver's libcuda) the kernels also run, with every
+  mapping, and take and give device arrays (polytc's own, PyTorch's).
 """
 import numpy as np
 import pytest
@@ -253,20 +254,27 @@ def test_cuda_shared_memory_source():
     assert ".shared" in compile_ptx(src)
 
 
-@pytest.mark.skipif(not _cuda_ready(), reason="no CUDA GPU with pycuda")
+@pytest.mark.skipif(not _cuda_ready(), reason="no CUDA GPU")
+@pytest.mark.parametrize("mapping", list(MAPPINGS))
 @pytest.mark.parametrize("entry", params(CATALOGUE))
-def test_cuda(entry):
-    run_on(entry, "cuda", polytc.Options())
+def test_cuda(entry, mapping):
+    run_on(entry, "cuda", MAPPINGS[mapping])
 
 
-@pytest.mark.skipif(not _cuda_ready(), reason="no CUDA GPU with pycuda")
+@pytest.mark.skipif(not _cuda_ready(), reason="no CUDA GPU")
 def test_cuda_device_arrays():
-    import pycuda.gpuarray as gpuarray
+    from polytc.runtime import cuda
 
     entry = BY_NAME["matmul"]
     k = polytc.tc(entry.tc, entry.def_name, target="cuda")
     A, B = entry.make(rng_for(entry), **entry.sizes[0])
-    dC = k(gpuarray.to_gpu(A), gpuarray.to_gpu(B))
-    assert isinstance(dC, gpuarray.GPUArray)
+    dC = k(cuda.to_device(A), cuda.to_device(B))
+    assert isinstance(dC, cuda.DeviceArray) and dC.shape == (A.shape[0], B.shape[1])
     np.testing.assert_allclose(dC.get(), A @ B, rtol=1e-4, atol=1e-5)
     assert as_tuple(k(A, B))[0].shape == (A.shape[0], B.shape[1])
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA build of PyTorch")
+    tC = k(torch.from_numpy(A).cuda(), torch.as_tensor(cuda.to_device(B), device="cuda"))
+    assert isinstance(tC, torch.Tensor) and tC.is_cuda
+    np.testing.assert_allclose(tC.cpu().numpy(), A @ B, rtol=1e-4, atol=1e-5)

@@ -14,6 +14,7 @@ import tempfile
 from .. import config
 from ..codegen_c.cexpr import literal as c_literal
 from ..diagnostics import CompilationError
+from ..lang.types import FLOAT64
 
 _PRELUDE = """\
 #include <stdint.h>
@@ -66,7 +67,7 @@ class Cuda:
         return c_literal(value, t)
 
     def math(self, name, t) -> str:
-        return name if t.name == "float64" else name + "f"
+        return name if t == FLOAT64 else name + "f"
 
     def __repr__(self):
         return "CUDA"

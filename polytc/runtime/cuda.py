@@ -1,11 +1,12 @@
-"""The CUDA device runtime (pycuda, the optional extra ``polytc[cuda]``).
+"""The CUDA device runtime: the driver API through ctypes (``cuda_driver.py``; the NVIDIA
+driver's ``libcuda`` is all it needs).
 
 Kernels are compiled by nvcc to PTX for the GPU's compute capability (kept in the disk
-cache) and loaded with ``pycuda.driver.module_from_buffer`` into the device's primary
-context, which PyTorch and CuPy share.  Inputs may be device arrays: pycuda
-``GPUArray``s, or any object with ``__cuda_array_interface__`` or DLPack on a CUDA
-device (PyTorch, CuPy); outputs then stay on the device, as tensors of the same library
-where it is PyTorch or CuPy, else as ``GPUArray``s.
+cache) and loaded by the driver into the device's primary context, which PyTorch and
+CuPy share; they run on the default stream.  Inputs may be device arrays: any object
+with ``__cuda_array_interface__`` or DLPack on a CUDA device (PyTorch, CuPy, pycuda,
+polytc's own ``DeviceArray``); outputs then stay on the device, as tensors of the same
+library where it is PyTorch or CuPy, else as ``DeviceArray``s.
 """
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ import threading
 
 import numpy as np
 
+from .. import config
 from ..diagnostics import PolytcError
+from . import cuda_driver as CD
 from .accel import AcceleratorKernel
+from .cuda_driver import DeviceArray, Driver
 
 _LOCK = threading.Lock()
 _STATE: dict = {}
@@ -24,25 +28,31 @@ _KDLCUDA = 2
 
 def _state() -> dict:
     with _LOCK:
+        if "broken" in _STATE:
+            raise _STATE["broken"]
         if not _STATE:
             try:
-                import pycuda.driver as drv
-                import pycuda.gpuarray as gpuarray
-            except ImportError as e:
-                raise PolytcError(f"the cuda target needs pycuda to run kernels ({e})",
-                                  hint="pip install 'polytc[cuda]' on a machine with an "
-                                       "NVIDIA GPU") from None
+                lib = ctypes.CDLL(config.cuda_driver())
+            except OSError as e:
+                _STATE["broken"] = PolytcError(
+                    f"the cuda target needs the NVIDIA driver's libcuda ({e})",
+                    hint="on a machine with an NVIDIA GPU and its driver; "
+                         "POLYTC_CUDA_DRIVER names another library")
+                raise _STATE["broken"] from None
             try:
-                drv.init()
-                if drv.Device.count() == 0:
-                    raise PolytcError("no CUDA device found")
-                dev = drv.Device(0)
-                ctx = dev.retain_primary_context()
-                ctx.push()
-            except drv.Error as e:
-                raise PolytcError(f"CUDA is not usable here ({e})") from None
-            _STATE.update(drv=drv, gpuarray=gpuarray, device=dev, context=ctx)
+                drv = Driver(lib)
+            except PolytcError as e:
+                _STATE["broken"] = PolytcError(f"CUDA is not usable here ({e.message})")
+                raise _STATE["broken"] from None
+            _STATE["drv"] = drv
+            config.log(1, f"CUDA device: {drv.name()} (driver {drv.version()})")
         return _STATE
+
+
+def to_device(a) -> DeviceArray:
+    """A host array copied to the GPU (a ``DeviceArray``)."""
+    a = np.asarray(a)
+    return DeviceArray(_state()["drv"], a.shape, a.dtype).set(a)
 
 
 def default_device():
@@ -56,25 +66,23 @@ def default_device():
 
 
 def _arch() -> str:
-    major, minor = _state()["device"].compute_capability()
+    major, minor = _state()["drv"].capability()
     return f"{major}{minor}"
 
 
 def device():
     from ..tiling.gpu import Device
 
-    s = _state()
-    d, a = s["device"], s["drv"].device_attribute
+    d = _state()["drv"]
     return Device(kind="gpu", name=d.name(),
-                  compute_units=d.get_attribute(a.MULTIPROCESSOR_COUNT),
-                  max_block=d.get_attribute(a.MAX_THREADS_PER_BLOCK),
-                  local_memory=d.get_attribute(a.MAX_SHARED_MEMORY_PER_BLOCK))
+                  compute_units=d.attribute(CD.MULTIPROCESSOR_COUNT),
+                  max_block=d.attribute(CD.MAX_THREADS_PER_BLOCK),
+                  local_memory=d.attribute(CD.MAX_SHARED_MEMORY_PER_BLOCK))
 
 
 def device_key() -> dict:
-    s = _state()
-    return {"device": s["device"].name(), "arch": _arch(),
-            "driver": s["drv"].get_driver_version(), **device().key()}
+    d = _state()["drv"]
+    return {"device": d.name(), "arch": _arch(), "driver": d.version(), **device().key()}
 
 
 def ptx(source: str) -> str:
@@ -91,7 +99,8 @@ def ptx(source: str) -> str:
 
 
 def compile_check(source: str):
-    return ptx(source)
+    if not _state()["drv"].emulated:  # an emulator compiles the source as it loads it
+        ptx(source)
 
 
 # --- device arrays ------------------------------------------------------------------------
@@ -119,8 +128,8 @@ def _dlpack_pointer(a) -> tuple:
 
 def pointer(a) -> tuple:
     """(device pointer, what keeps it alive) of a device array."""
-    if hasattr(a, "gpudata"):
-        return int(a.gpudata), a
+    if type(a) is DeviceArray:
+        return a.ptr, a
     if hasattr(a, "__cuda_array_interface__"):
         return int(a.__cuda_array_interface__["data"][0]), a
     return _dlpack_pointer(a)
@@ -135,20 +144,19 @@ class Compiled(AcceleratorKernel):
     target = "cuda"
 
     def load(self, source):
-        s = _state()
-        self.drv, self.gpuarray = s["drv"], s["gpuarray"]
-        module = self.drv.module_from_buffer(ptx(source).encode())
-        self.functions = {l["name"]: module.get_function(l["name"]) for l in self.launches}
+        self.drv = _state()["drv"]
+        image = source if self.drv.emulated else ptx(source)  # an emulator runs source
+        self.functions = self.drv.functions(image, [l["name"] for l in self.launches])
 
     def library(self, inputs) -> str:
         return next((_library(a) for a in inputs if self.is_device_array(a)), "")
 
     def is_device_array(self, a) -> bool:
-        return hasattr(a, "gpudata") or hasattr(a, "__cuda_array_interface__") or (
+        return hasattr(a, "__cuda_array_interface__") or (
             hasattr(a, "__dlpack_device__") and not isinstance(a, np.ndarray))
 
     def upload(self, a):
-        return self.gpuarray.to_gpu(np.ascontiguousarray(a).reshape(np.shape(a)))
+        return to_device(a)
 
     def empty(self, shape, dtype, like=""):
         if like == "torch":
@@ -160,7 +168,7 @@ class Compiled(AcceleratorKernel):
             import cupy
 
             return cupy.empty(shape, dtype)
-        return self.gpuarray.empty(shape, dtype)
+        return DeviceArray(self.drv, shape, dtype)
 
     def fill(self, buf, value):
         if hasattr(buf, "fill_"):  # torch
@@ -169,17 +177,15 @@ class Compiled(AcceleratorKernel):
             buf.fill(np.asarray(value, buf.dtype)[()])
 
     def launch(self, launch, args):
-        ptrs, keep = [], []
-        for a in args:
-            p, owner = pointer(a)
-            ptrs.append(np.uintp(p))
-            keep.append(owner)
-        self.functions[launch["name"]](*ptrs, block=tuple(launch["block"]),
-                                       grid=tuple(launch["grid"]))
+        ptrs = [pointer(a) for a in args]  # (pointer, owner): the owners live until launched
+        self.drv.launch(self.functions[launch["name"]], launch["grid"], launch["block"],
+                        [p for p, _ in ptrs])
 
     def download(self, buf, into=None):
-        if hasattr(buf, "get"):
-            host = buf.get() if not hasattr(buf, "gpudata") else buf.get(ary=into)
+        if isinstance(buf, DeviceArray):
+            host = buf.get(into)
+        elif hasattr(buf, "get"):  # CuPy
+            host = buf.get()
         elif hasattr(buf, "cpu"):
             host = buf.cpu().numpy()
         else:
@@ -190,4 +196,4 @@ class Compiled(AcceleratorKernel):
         return host
 
     def synchronize(self):
-        self.drv.Context.synchronize()
+        self.drv.synchronize()
