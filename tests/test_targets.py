@@ -273,6 +273,10 @@ def test_cuda_device_arrays():
     np.testing.assert_allclose(dC.get(), A @ B, rtol=1e-4, atol=1e-5)
     assert as_tuple(k(A, B))[0].shape == (A.shape[0], B.shape[1])
     torch = pytest.importorskip("torch")
+    for _ in range(2):  # tensors on the CPU are host arrays: copied in, numpy out
+        hC = k(torch.from_numpy(A), torch.from_numpy(B))
+        assert isinstance(hC, np.ndarray)
+        np.testing.assert_allclose(hC, A @ B, rtol=1e-4, atol=1e-5)
     if not torch.cuda.is_available():
         pytest.skip("no CUDA build of PyTorch")
     tC = k(torch.from_numpy(A).cuda(), torch.as_tensor(cuda.to_device(B), device="cuda"))

@@ -130,6 +130,8 @@ def pointer(a) -> tuple:
     """(device pointer, what keeps it alive) of a device array."""
     if type(a) is DeviceArray:
         return a.ptr, a
+    if _library(a) == "torch":  # a C call; its array interface is built in Python
+        return a.data_ptr(), a
     if hasattr(a, "__cuda_array_interface__"):
         return int(a.__cuda_array_interface__["data"][0]), a
     return _dlpack_pointer(a)
@@ -152,6 +154,10 @@ class Compiled(AcceleratorKernel):
         return next((_library(a) for a in inputs if self.is_device_array(a)), "")
 
     def is_device_array(self, a) -> bool:
+        if type(a) is DeviceArray:
+            return True
+        if _library(a) == "torch":
+            return a.is_cuda
         return hasattr(a, "__cuda_array_interface__") or (
             hasattr(a, "__dlpack_device__") and not isinstance(a, np.ndarray))
 
