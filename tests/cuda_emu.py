@@ -25,7 +25,7 @@ def build() -> str | None:
     if not out.exists():
         tmp = out.with_name(f"{out.name}.{os.getpid()}")
         r = subprocess.run([config.c_compiler(), "-O1", "-shared", "-fPIC", "-o", str(tmp),
-                            str(SOURCE), "-ldl"], capture_output=True, timeout=120)
+                            str(SOURCE), "-ldl", "-pthread"], capture_output=True, timeout=120)
         if r.returncode:
             return None
         os.replace(tmp, out)  # workers building it at once: the last one wins, whole

@@ -14,6 +14,7 @@
      barrier some threads skip) fails the launch with CUDA_ERROR_LAUNCH_FAILED. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,10 +144,10 @@ CUresult cuModuleLoadDataEx(void **mod, const char *image, unsigned n, int *opts
         FILE *l = fopen(logpath, "r");
         if (l) { size_t r = fread(msg + 12, 1, sizeof msg - 13, l); msg[12 + r] = 0; fclose(l); }
         log_to(n, opts, vals, msg);
-        return INVALID_SOURCE;
     }
     unlink(path); unlink(so);
     snprintf(path, sizeof path, "%s/log", dir); unlink(path); rmdir(dir);
+    if (!h) return INVALID_SOURCE;
     m->so = h;
     m->st = dlsym(h, "pt_emu");
     m->barriers = strstr(image, "__syncthreads") != NULL;
@@ -173,6 +174,7 @@ static char **stacks;
 static int nstacks, cur, *done, *arrived;
 static function_t *running;
 static void **running_params;
+static pthread_mutex_t launching = PTHREAD_MUTEX_INITIALIZER;  /* one launch at a time */
 
 static void barrier(void) {
     arrived[cur]++;
@@ -238,19 +240,21 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
     if (!current) return INVALID_CONTEXT;
     if (!f || shared || stream || extra || !gx || !gy || !gz || !bx || !by || !bz ||
         bx * by * bz > 1024) return INVALID_VALUE;
+    pthread_mutex_lock(&launching);
     running_params = params;
     state_t *st = f->m->st;
     st->sync = barrier;
     st->gd.x = gx; st->gd.y = gy; st->gd.z = gz;
     st->bd.x = bx; st->bd.y = by; st->bd.z = bz;
-    for (unsigned z = 0; z < gz; z++)
-        for (unsigned y = 0; y < gy; y++)
-            for (unsigned x = 0; x < gx; x++) {
+    CUresult rc = OK;
+    for (unsigned z = 0; z < gz && !rc; z++)
+        for (unsigned y = 0; y < gy && !rc; y++)
+            for (unsigned x = 0; x < gx && !rc; x++) {
                 st->b.x = x; st->b.y = y; st->b.z = z;
-                CUresult rc = run_block(f, params, bx * by * bz);
-                if (rc) return rc;
+                rc = run_block(f, params, bx * by * bz);
             }
-    return OK;
+    pthread_mutex_unlock(&launching);
+    return rc;
 }
 
 /* --- memory -------------------------------------------------------------------------- */
