@@ -182,7 +182,8 @@ class DeviceArray:
 
     def __del__(self):
         if self.ptr and self.base is None:
-            try:
+            try:  # (the collector may run this in a thread of its own)
+                self.driver.enter()
                 self.driver.lib.cuMemFree_v2(self.ptr)
             except Exception:  # noqa: BLE001 - interpreter shutdown
                 pass
