@@ -74,8 +74,10 @@ def huge_empty(nbytes: int) -> np.ndarray:
     private.  With the advice a first touch costs 8 ms per 100 MB while free 2 MiB
     blocks last and 250 ms once the kernel compacts memory to make them (the default
     ``defrag`` policy, ``madvise``, compacts on the fault: a bench worker holding many
-    sessions' arenas ran its first batch-64 transformer 170 -> 300 ms).  Plain aligned
-    memory below 4 MiB or without ``mmap``'s flags."""
+    sessions' arenas ran its first batch-64 transformer 170 -> 300 ms; advised only
+    while ``/proc/buddyinfo`` showed 6 GB of free 2 MiB blocks, a new batch of 64 cost
+    48 -> 270 ms on a VM, whose host backs fresh guest memory at the first touch).
+    Plain aligned memory below 4 MiB or without ``mmap``'s flags."""
     import mmap
 
     if nbytes < 2 * HUGE or not hasattr(mmap, "MAP_PRIVATE") \
