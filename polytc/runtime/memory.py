@@ -76,7 +76,7 @@ def huge_empty(nbytes: int) -> np.ndarray:
     ``defrag`` policy, ``madvise``, compacts on the fault: a bench worker holding many
     sessions' arenas ran its first batch-64 transformer 170 -> 300 ms; advised only
     while ``/proc/buddyinfo`` showed 6 GB of free 2 MiB blocks, a new batch of 64 cost
-    48 -> 270 ms on a VM, whose host backs fresh guest memory at the first touch).
+    48 -> 270 ms on a VM, cause not established).
     Plain aligned memory below 4 MiB or without ``mmap``'s flags."""
     import mmap
 
