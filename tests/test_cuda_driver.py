@@ -150,3 +150,10 @@ def test_views_share_memory_and_keep_it_alive(drv):
     with pytest.raises(ValueError, match="cannot be viewed as"):
         r.view(np.float64)
     assert DeviceArray(drv, (0, 3), np.float32).reshape(-1, 0).shape == (0, 0)
+
+
+def test_a_library_that_is_no_cuda_driver_says_so():
+    r = _runtime({"POLYTC_CUDA_DRIVER": "libm.so.6"})
+    assert r.stdout.splitlines()[0] == "False"
+    assert "CUDA is not usable here (libm.so.6 is no CUDA driver (it has no cuInit))" \
+        in r.stderr

@@ -49,7 +49,11 @@ class Driver:
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
         for name, args in _SIGNATURES.items():
-            f = getattr(lib, name)
+            try:
+                f = getattr(lib, name)
+            except AttributeError:
+                raise PolytcError(f"{lib._name} is no CUDA driver (it has no {name})") \
+                    from None
             f.argtypes, f.restype = args, _I
         self._current = threading.local()
         #: a driver that runs CUDA source on the host (tests/cuda_emulator.c), not PTX
