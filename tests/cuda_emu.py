@@ -1,7 +1,7 @@
 """The cuda target's tests where there is no GPU: ``cuda_emulator.c`` is a CUDA driver
 that runs the kernels' source on the host (see its header).  ``install()`` (from
 conftest.py) builds it once per version of its source and points ``POLYTC_CUDA_DRIVER``
-at it, unless that names a driver already or the NVIDIA driver is here; a
+at it, unless that names a driver already or the NVIDIA driver and a GPU are here; a
 ``POLYTC_CUDA_DRIVER`` that names no library runs the tests as on a machine without a
 GPU."""
 from __future__ import annotations
@@ -35,10 +35,13 @@ def build() -> str | None:
 def install() -> None:
     if os.environ.get("POLYTC_CUDA_DRIVER"):
         return
+    from polytc import PolytcError
+    from polytc.runtime.cuda_driver import Driver
+
     try:
-        ctypes.CDLL(config.cuda_driver())
-        return  # the NVIDIA driver: the tests run on the GPU
-    except OSError:
+        Driver(ctypes.CDLL(config.cuda_driver()))
+        return  # the NVIDIA driver and a GPU: the tests run there
+    except (OSError, PolytcError):
         pass
     path = build()
     if path:
