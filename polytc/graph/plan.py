@@ -339,10 +339,11 @@ class Plan:
                 ck = self.kernels[s.name]
                 t0 = time.perf_counter()
                 # device inputs in, device outputs back (a group without inputs gets host
-                # arrays back; the next kernel uploads them); the kernel reads its error
-                # flag back, so the call has finished when it returns
+                # arrays back; the next kernel uploads them); the call may return once its
+                # kernels are queued (accel.py), so a timed one waits for them
                 res = ck.run([env[v] for v in s.inputs])
                 if times is not None:
+                    ck.synchronize()
                     times.setdefault(s.name, []).append(time.perf_counter() - t0)
                 env.update(zip(s.outputs, res if len(s.outputs) > 1 else (res,)))
             for v in self.dying.get(k, ()):
