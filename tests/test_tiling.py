@@ -492,6 +492,40 @@ def test_tile_depth_grows_when_the_result_block_leaves_l2():
     assert big.cache == (512, 512, (1 << 20) // (4 * 512))
 
 
+def test_tile_depth_grows_to_the_packed_block_under_tall_row_tiles():
+    """Where the result block leaves L2 under a tall Ti (1000 rows of a classifier over
+    169 pixels), Tk deepens until the packed Tk x Tj block the row tiles pass over fills
+    half of L2, deeper than the Ti x Tk rule allows (131)."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    zen5 = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    sizes = choose_sizes(1000, 169, 512, 4, zen5, packed=True, cores=1, per_call=True)
+    assert sizes.cache == (1000, 192, 512), sizes
+    assert choose_sizes(1000, 169, 4096, 4, zen5, packed=True, cores=1,
+                        per_call=True).cache[2] == (1 << 19) // (4 * 169)
+
+
+SHARED_WEIGHTS = """def proj(float(B,S,K) X, float(K,N) W) -> (Y) {
+    Y(b, s, n) +=! X(b, s, k) * W(k, n)
+}"""
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_a_batch_stays_outside_the_cache_tile(constant):
+    """A batch (every read takes its index as a whole subscript) over a product whose
+    packed operand does not depend on it stays outside the cache tile: its loop is the
+    parallel one and each core reads its own images, rather than the cores sharing the
+    tiles of the rows and each reading the whole batch once per tile."""
+    options = polytc.Options(constants=("W",) if constant else ())
+    ck = check(SHARED_WEIGHTS, [(6, 40, 24), (24, 64)], options)
+    assert re.search(r"contraction S\d; order \[0, [^]]*\]; cache 1x", ck.stages["tiling"]), \
+        ck.stages["tiling"]
+    body = ck.code[ck.code.index("int polytc_kernel"):]
+    assert re.search(r"omp parallel for\s*for \(long c\d+ = 0L; c\d+ <= 5L; c\d+ \+= 1L\)",
+                     body), body
+
+
 def test_narrow_j_takes_whole_vectors_and_more_rows():
     """j = 56 with 16 lanes: three vectors (a partial fourth measured slower) and 8
     rows, 24 accumulators; j = 28: two vectors, the second partial (masked in the
