@@ -83,6 +83,13 @@ def prepack_box(sst, read, j, red) -> tuple | None:
     return tuple(box)
 
 
+def batch_index(reads, name: str) -> bool:
+    """Whether index ``name`` is a batch of ``reads``: some read uses it and each takes it
+    as a whole subscript (its iterations read disjoint data)."""
+    subs = [x for r in reads for x in r.indices if name in P.index_names(x)]
+    return bool(subs) and all(isinstance(x, P.Index) for x in subs)
+
+
 def unit_stride(read, name: str) -> bool:
     """Whether ``read``'s last subscript is ``name`` plus terms without it (consecutive
     values of the index read consecutive elements)."""

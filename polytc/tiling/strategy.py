@@ -23,7 +23,7 @@ import islpy as isl
 from ..lang import program as P
 from ..poly import transform as T
 from .decisions import Decision
-from .pack import outer_indices, pack, streamed, unit_stride, vector_operand
+from .pack import batch_index, outer_indices, pack, streamed, unit_stride, vector_operand
 from ..machine import Machine
 from . import extents as X
 from .sizes import Sizes, _round_up, _strided_sizes, choose_sizes, generic_rows
@@ -377,23 +377,12 @@ class Tiler:
         tj = _round_up(tj, nr)
         if operand is None:  # packed: Ti divides i evenly (full cache tiles, one loop)
             ti = _round_up(ti, mr)
-        # an outer loop whose index the packed operand does not depend on (the image
-        # rows of a convolution, for the weights) runs inside the cache tile: each
-        # packed panel then serves all its iterations instead of being packed again.
-        # Not a batch, whose index every read takes as a whole subscript (its
-        # iterations share nothing but the panels): kept inside, the cores shared the
-        # tiles of the other loops instead and each read the whole batch once per tile,
-        # from memory (at batch 64, in one process, A/B: a transformer layer and BERT's
-        # feed-forward products 13 -> 11 ms each, the models 13% faster; a GRU's input
-        # products over 32 steps 23%; SqueezeNet's blocked stem 12.5 -> 8.8 ms)
-        def disjoint(m):
-            name = sst.vars[vars_[m]]
-            subs = [x for r in reads for x in r.indices if name in P.index_names(x)]
-            return bool(subs) and all(isinstance(x, P.Index) for x in subs)
-
-        keep = [1 if operand is None or sym[k] or disjoint(m) or  # (a symbolic batch:
-                sst.vars[vars_[m]] in P.index_names(*operand.indices) else ext[k]  # its
-                for k, m in enumerate(outer)]  # loop parallel)
+        # an outer loop the packed operand does not depend on (the image rows of a
+        # convolution, for its weights) runs inside the cache tile, each panel serving all
+        # its iterations; not a batch (``batch_index``; a symbolic one: its loop parallel)
+        keep = [1 if operand is None or sym[k] or batch_index(reads, sst.vars[vars_[m]]) or
+                sst.vars[vars_[m]] in P.index_names(*operand.indices) else ext[k]
+                for k, m in enumerate(outer)]
         cache = keep + ([ti] if lead else []) + [tj] + [  # (a symbolic reduction besides
             tk if r == k_big else 1 if sym[p_red + r] else ext[p_red + r]  # k's: one at a
             for r in range(len(red))]  # time, the panels stay Tk deep)
