@@ -330,14 +330,43 @@ def test_inline_through_an_in_place_update():
     from polytc.kernel import Kernel
 
     np.testing.assert_allclose(Kernel(p)(A, B, bb), k(A, B, bb), rtol=1e-5)
-    # not when the update reads another element of T, or T is read again after it
-    for body in ("T(i, j) = T(i, 0) + b(j)\n        Y(i, j) = max(T(i, j), 0.0)",
-                 "T(i, j) = T(i, j) + b(j)\n        Y(i, j) = max(T(i, j), 0.0) + T(i, j)"):
-        k = polytc.tc(f"""def f(float(N,K) A, float(K,M) B, float(M) b) -> (Y) {{
+    # not when the update reads another element of T, or T is read again after it at
+    # another element or by another statement
+    for outs, body in (("Y", "T(i, j) = T(i, 0) + b(j)\nY(i, j) = max(T(i, j), 0.0)"),
+                       ("Y", "T(i, j) = T(i, j) + b(j)\nY(i, j) = max(T(i, j), 0.0) + T(i, 0)"),
+                       ("Y, Z", "T(i, j) = T(i, j) + b(j)\nY(i, j) = max(T(i, j), 0.0)\n"
+                                "Z(i, j) = T(i, j)")):
+        k = polytc.tc(f"def f(float(N,K) A, float(K,M) B, float(M) b) -> ({outs}) {{\n"
+                      f"T(i, j) +=! A(i, k) * B(k, j)\n{body}\n}}")
+        assert inline_temporaries(k.program) == k.program, body
+
+
+def test_inline_a_cheap_value_read_twice_at_one_element():
+    """A value of at most two operations that one statement reads several times at the
+    same element (a bias add, then a GELU) is substituted at each read, so that the
+    product's epilogue is one statement and folds into its register tiles; not a value
+    that calls a function, nor reads at different elements."""
+    gelu = """def f(float(N,K) A, float(K,M) B, float(M) b) -> (Y) {
         T(i, j) +=! A(i, k) * B(k, j)
-        {body}
-    }}""")
-        assert inline_temporaries(k.program) == k.program
+        U(i, j) = T(i, j) + b(j)
+        Y(i, j) = U(i, j) * (erf(U(i, j) / 1.4142135) + 1.0) * 0.5
+    }"""
+    k = polytc.tc(gelu)
+    p = inline_temporaries(k.program)
+    assert [s.tensor for s in p.statements] == ["T", "Y"]
+    assert str(p).count("T(i, j) + b(j)") == 2
+    rng = np.random.default_rng(3)
+    A, B, bb = (rng.standard_normal(s).astype(F) for s in ((9, 70), (70, 40), (40,)))
+    from polytc.kernel import Kernel
+
+    ck = Kernel(p).specialize(A, B, bb)
+    assert "epilogue S1" in ck.stages["fold"], ck.stages["fold"]
+    np.testing.assert_allclose(ck.run([A, B, bb]), k(A, B, bb), rtol=1e-5, atol=1e-5)
+    for src in (gelu.replace("T(i, j) + b(j)", "exp(T(i, j))"),
+                gelu.replace("erf(U(i, j)", "erf(U(i, 0)")):
+        k = polytc.tc(src)
+        assert [s.tensor for s in inline_temporaries(k.program).statements] == \
+            ["T", "U", "Y"]
 
 
 def test_inline_keeps_contraction_operands():
