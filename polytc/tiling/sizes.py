@@ -102,7 +102,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             # (sgemm 1024^3: Tk 96 -> 512 took 321 to 395 GFLOP/s on a 2 MiB L2), or as
             # deep as half of L2 holds the packed Tk x Tj block, which the row tiles
             # pass over, where that is deeper (a tall Ti: SqueezeNet's 512 -> 1000
-            # classifier over 169 pixels at batch 64, Tk 131 -> 512, 25.3 -> 23.7 ms)
+            # classifier over 169 pixels at batch 64, Tk 131 -> 512, 26.6 -> 24.7 ms)
             tk = min(ext_k, max(tk, (m.l2 // 2) // (itemsize * min(ti, tj, ext_j))))
         else:
             tk = _even(ext_k, tk)
