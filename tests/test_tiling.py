@@ -220,18 +220,20 @@ def test_a_short_row_tile_takes_register_rows_that_divide_it():
 
 
 def test_rows_that_do_not_balance_leave_the_cores_the_columns():
-    """32 rows (a pointwise convolution's output channels) in register tiles of 6 split
-    12 + 12 + 8 among 2 cores: one tile of rows, and the 729 columns (pixels) in 12
-    tiles of 64 shared by the cores; 64 rows split evenly stay as they are."""
+    """40 rows (a pointwise convolution's output channels) in register tiles of 8 split
+    16 + 16 + 8 among 2 cores: one tile of rows, and the 729 columns (pixels) in tiles
+    of 48 shared by the cores; 32 rows (16 a core) and 96 rows split evenly stay as
+    they are."""
     from polytc.machine import Machine
     from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
-    assert choose_sizes(32, 729, 256, 4, two).cache[:2] == (32, 64)
+    assert choose_sizes(40, 729, 256, 4, two).cache[:2] == (40, 48)
+    assert choose_sizes(32, 729, 256, 4, two).cache[:2] == (16, 192)
     assert choose_sizes(96, 729, 256, 4, two).cache[:2] == (48, 256)
     # too few rows to share (16): the j tiles of the size that balances them best too
-    # (48 of 64 columns, not 12 of 256)
-    assert choose_sizes(16, 3025, 128, 4, two).cache[:2] == (16, 64)
+    # (one register tile's 48 columns, not 12 tiles of 256)
+    assert choose_sizes(16, 3025, 128, 4, two).cache[:2] == (16, 48)
 
 
 def test_misaligned_inputs_reuse_aligned_copies():
@@ -504,6 +506,21 @@ def test_tile_depth_grows_to_the_packed_block_under_tall_row_tiles():
     assert sizes.cache == (1000, 192, 512), sizes
     assert choose_sizes(1000, 169, 4096, 4, zen5, packed=True, cores=1,
                         per_call=True).cache[2] == (1 << 19) // (4 * 169)
+
+
+def test_few_rows_that_six_leave_partial_take_eight_rows_of_three_vectors():
+    """Unpacked, 16 or 32 rows (a pointwise convolution's output channels) run in
+    register tiles of 8 rows and 3 vectors rather than 6 rows and 4 (a partial tile of
+    4 rows): the same 24 accumulators; 48 rows keep 6 x 4, AVX2's 6 x 2 is kept."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    zen5 = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(16, 3025, 128, 4, zen5, cores=1).register == (8, 48)
+    assert choose_sizes(32, 729, 256, 4, zen5, cores=1).register == (8, 48)
+    assert choose_sizes(48, 729, 256, 4, zen5, cores=1).register == (6, 64)
+    avx2 = Machine(32 << 10, 512 << 10, 32 << 20, 32, 16, 2)
+    assert choose_sizes(16, 3025, 128, 4, avx2, cores=1).register == (6, 16)
 
 
 SHARED_WEIGHTS = """def proj(float(B,S,K) X, float(K,N) W) -> (Y) {
