@@ -523,6 +523,22 @@ def test_few_rows_that_six_leave_partial_take_eight_rows_of_three_vectors():
     assert choose_sizes(16, 3025, 128, 4, avx2, cores=1).register == (6, 16)
 
 
+def test_eight_row_tiles_of_a_pointwise_product_equal_the_oracle():
+    """A pointwise convolution's 16 output channels over an odd count of pixels, in
+    8 x 48 register tiles where the CPU has 32 vector registers of 16 floats (a partial
+    last column tile), equals the reference interpreter."""
+    from polytc.machine import host
+
+    src = """def pw(float(C,K) W, float(N,K,P) X, float(C) b) -> (Z) {
+        Y(n, c, p) +=! W(c, k) * X(n, k, p)
+        Z(n, c, p) = max(Y(n, c, p) + b(c), 0.0)
+    }"""
+    ck = check(src, [(16, 40), (2, 40, 1201), (16,)], polytc.Options(constants=("W", "b")))
+    if host().lanes(4) == 16 and host().vector_registers >= 32:
+        assert "register 1x8x48" in ck.stages["tiling"] or "register 8x48" in \
+            ck.stages["tiling"], ck.stages["tiling"]
+
+
 SHARED_WEIGHTS = """def proj(float(B,S,K) X, float(K,N) W) -> (Y) {
     Y(b, s, n) +=! X(b, s, k) * W(k, n)
 }"""
