@@ -420,10 +420,14 @@ class _Explainer:
                          "Options(disable=('fold',))).", str(entry))
             elif kind == "contract":
                 d = entry.facts
+                where = ("its thread's own part of the temporary's array (too large for "
+                         "a stack), reused by every iteration the thread runs: it stays in "
+                         "L2 where a fresh part per iteration went to memory") \
+                    if d.get("slot") else ("on the running thread's stack (array "
+                                            "contraction: it stays in L1/L2)")
                 self.say("memory", f"The temporary {entry.subject} never goes to memory: each "
                          f"iteration of the parallel loop {d['loop']} touches only its own part "
-                         f"of it, which is kept in a buffer of {d['buffer']} elements on the "
-                         "running thread's stack (array contraction: it stays in L1/L2).",
+                         f"of it, which is kept in a buffer of {d['buffer']} elements, {where}.",
                          str(entry))
             elif kind == "simd":
                 self.say("vectorize", f"The innermost loop of {', '.join(entry.subjects)} is "

@@ -195,3 +195,37 @@ def test_a_temporary_read_beside_its_parallel_loop_stays_an_array():
     }"""
     ck = run(src, [(4,)], polytc.Options(parallel_min_points=0, fusion="preserve"))
     assert "pt_l_T1" not in ck.code
+
+
+# a 3x3 convolution of a padded image over a batch, a residual add and a ReLU folded
+# into its register tiles (the form of a ResNet block's second convolution)
+PADCONV = """
+def padconv(float(N,C,H,W) X, float(M,C,3,3) K, float(N,M,H,W) R) -> (Y) {
+    P(n, c, h, w) = (h >= 1 && h <= H && w >= 1 && w <= W) ? X(n, c, h - 1, w - 1) : 0.0
+        where n in 0:N, c in 0:C, h in 0:H+2, w in 0:W+2
+    Y(n, m, h, w) +=! P(n, c, h + kh, w + kw) * K(m, c, kh, kw)
+        where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+    Y(n, m, h, w) = max(Y(n, m, h, w) + R(n, m, h, w), 0.0)
+}"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_buffer_too_large_for_the_stack_is_the_threads_part_of_its_array(n):
+    """An image's padded copy (32 x 42 x 58 floats, 312 KB: over the stack's limit) is
+    kept per thread in the first parts of its own array, each thread reusing its part
+    for every image it runs, so it stays in L2; the kernel still takes the array."""
+    from polytc.machine import host
+
+    c, h, w = 32, 40, 56
+    opts = polytc.Options(parallel_min_points=1, constants=("K",))
+    ck = run(PADCONV, [(n, c, h, w), (64, c, 3, 3), (n, 64, h, w)], opts)
+    if host().l2 < c * (h + 2) * (w + 2) * 4:
+        pytest.skip("an L2 smaller than the image's padded copy")
+    found = contracted(ck)
+    assert found["P"] == {"loop": "c0", "buffer": f"1x{c}x{h + 2}x{w + 2}", "slot": "thread"}
+    part = c * (h + 2) * (w + 2)
+    assert f"pt_l_P = __builtin_assume_aligned(P + (long)PT_THREAD() * {part}L, 64)" in ck.code
+    assert "float *restrict P, " in ck.code  # the runtime passes the array
+    assert "its thread's own part of the temporary's array" in str(ck.explain())
+    # without OpenMP every iteration runs on the one thread: part 0
+    assert "#define PT_THREAD() 0" in ck.code

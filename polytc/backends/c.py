@@ -62,7 +62,7 @@ class C(Backend):
         so = build_shared_object(b.code, {"name": b.program.name})
         with open(so, "rb") as f:
             files = {"kernel.so": f.read()}
-        local = {d.subject for d in b.tiling if d.kind == "contract"}
+        local = {d.subject for d in b.tiling if d.kind == "contract" and "slot" not in d.facts}
         return files, build_meta(b, align_inputs=align_inputs(b), local_temps=sorted(local),
                                  prepacked=prepacked(b), symbolic=list(b.scop.symbolic))
 

@@ -20,7 +20,7 @@ from .microkernel import const_bounds as _const_bounds
 from .microkernel import masked_moves, typedefs
 from .fold import folds_of
 from .aligned import by_alignment
-from .locals import locals_of
+from .locals import locals_of, thread_helper
 from .vmath import vector_math
 from .pack import PackPrinter, direct_below, packs_of
 from .halves import half_helpers
@@ -88,7 +88,7 @@ class CEmitter:
         self.params = [f"long {n}" for n in scop.symbolic] + \
             [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
             [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries
-             if t.name not in self.locals] + \
+             if t.name not in self.locals or self.locals[t.name].slot] + \
             [p.parameter for p in self.packs.values() if p.box is not None and not p.alias]
         self.vectorize = vectorize
         self.by_name = {s.name: s for s in scop.stmts}
@@ -461,4 +461,4 @@ class CEmitter:
             "\n" + p.prepack(self.shapes, self.env)
             for p in self.packs.values() if p.box is not None and not p.alias)
         return PRELUDE + div_helpers(code) + dot4_helper(code) + half_helpers(code) + \
-            vector_math(code) + "\n" + code
+            vector_math(code) + thread_helper(code) + "\n" + code

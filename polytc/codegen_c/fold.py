@@ -79,6 +79,31 @@ class Fold:
         code = c.Statement(statement_code(self.epi, printer).rstrip(";"))
         return em.simd_loop(header, code) if header else [code]
 
+    def prefetches(self, em, vars: dict, now: dict) -> list:
+        """``__builtin_prefetch`` of the elements the epilogue reads from other tensors
+        at the contraction's element ``vars`` (C text per index), those that differ from
+        the ones it reads at ``now``: a register tile's epilogue asks for the next
+        tile's while it runs its own."""
+        from .prefetch import from_memory
+
+        if self.epi is None:
+            return []
+
+        def addresses(at):
+            ev = {name: at[self.sst.stmt.indices[d]] for d, name in enumerate(self.epi_at)}
+            printer = em.printer(self.epi, ev)
+            return [printer.element(r.tensor, [printer.sub(s) for s in r.indices])
+                    for r in P.reads(self.epi.stmt.rhs)
+                    if r.tensor != self.sst.stmt.tensor and from_memory(em, r.tensor)]
+
+        seen = set(addresses(now))
+        out = []
+        for a in addresses(vars):
+            if a not in seen:
+                seen.add(a)
+                out.append(c.Statement(f"__builtin_prefetch(&{a})"))
+        return out
+
     def instance(self, em, sst, printer) -> list:
         """One instance of the contraction on its own: init, update, epilogue."""
         vars = printer.vars

@@ -14,7 +14,12 @@ class Local:
         f = decision.facts
         self.tensor, self.loop, self.extents = decision.subject, f["loop"], f["_extents"]
         self.name, self.ctype = f"pt_l_{self.tensor}", ctype
-        self.extents = _padded(self.extents, itemsize)
+        #: a box too large for the stack: the tensor's own array at the thread's box
+        #: (``tiling/contract._tiles``), whose iterations then touch only their thread's
+        self.slot = f.get("slot") == "thread"
+        if not self.slot:  # (rows padded past the array's own would overrun it)
+            self.extents = _padded(self.extents, itemsize)
+        self.itemsize = itemsize
         #: statement -> per dimension, the box's first index as C over x0, x1, ...
         self.offsets = {s: [_c_of(isl.PwAff.read_from_str(ctx, o), isl_expr) for o in offs]
                         for s, offs in f["_offsets"]}
@@ -27,6 +32,11 @@ class Local:
         n = 1
         for e in self.extents:
             n *= e
+        if self.slot:  # a stride of whole lines keeps the array's alignment
+            at = f"{self.tensor} + (long)PT_THREAD() * {n}L"
+            if n * self.itemsize % 64 == 0:
+                at = f"__builtin_assume_aligned({at}, 64)"
+            return [c.Statement(f"{self.ctype} *restrict {self.name} = {at}")]
         return [c.Statement(f"{self.ctype} {self.name}_s[{n}] __attribute__((aligned(64)))"),
                 c.Statement(f"{self.ctype} *restrict {self.name} = "
                             f"__builtin_assume_aligned({self.name}_s, 64)")]
@@ -72,3 +82,12 @@ def _c_of(pa, isl_expr) -> str:
     pa = pa.project_domain_on_params()
     build = isl.AstBuild.from_context(isl.Set.universe(pa.get_domain_space()))
     return isl_expr(build.expr_from_pw_aff(pa))
+
+
+def thread_helper(code: str) -> str:
+    """``PT_THREAD()``, the thread's number in its team (0 without OpenMP), for code
+    that uses it."""
+    if "PT_THREAD()" not in code:
+        return ""
+    return ("\n#ifdef _OPENMP\nint omp_get_thread_num(void);\n"
+            "#define PT_THREAD() omp_get_thread_num()\n#else\n#define PT_THREAD() 0\n#endif\n")

@@ -36,6 +36,7 @@ from ..machine import host
 from ..tiling.pack import unit_stride
 from .cexpr import target_code
 from .pack import PackPrinter
+from .prefetch import next_tile, streamed
 
 _OPS = ("+", "-", "*")
 _OP = isl.ast_expr_op_type
@@ -226,6 +227,7 @@ def micro_kernel(em, loops, items):
     hoisted: dict = {}  # the reduction step's loads, each once (``ExprPrinter.hoisted``)
     loads: list = []
     strided: list = []  # per row whose accumulators have the result's stride
+    ahead: list = []  # prefetches of the next tile's streamed vectors (``_streamed``)
     direct, stores = [], []  # (see ``handover``)
     starts = []  # per row: where its code starts in epi, post, direct, stores
     for u, (inner, sst, printer) in enumerate(rows):
@@ -255,6 +257,9 @@ def micro_kernel(em, loops, items):
         idx = list(sst.stmt.indices)
         if idx.count(jvars[0]) != 1:
             return None
+        ahead += [a for a in streamed(em, sst, printer, vecs - whole, lane, lo + width,
+                                       range(0, nvec, max(1, 64 // (lanes * itemsize))),
+                                       lanes) if a not in ahead]
         unit = idx[-1] == jvars[0]  # else the accumulators' lanes have the result's stride
         if tail and not unit:
             return None
@@ -348,7 +353,7 @@ def micro_kernel(em, loops, items):
         em.vector_types.add((ctype, part_lanes, itemsize))
     if masked:
         em.masked_types.add((ctype, part_lanes, itemsize))
-    nest = [c.Statement(d) for d in loads] + body
+    nest = [c.Statement(d) for d in loads] + [c.Statement(a) for a in ahead] + body
     for lp in reversed(loops):
         nest = [c.For(*em.for_header(lp)[1], c.Block(nest))]
     if direct:  # ``ends`` is the same for every row: they share the loops
@@ -459,9 +464,8 @@ def strided_tile(em, rows: list, ctype: str, vtype: str, lanes: int, nvec: int):
     if rows[0].fold is not None:  # on the last reduction tile, the epilogue per element
         # as it is stored (a loop per row after the tile's stores, over its lanes with
         # the result's stride, took gcc 2.5x the time: each was vectorised)
-        stored = c.If(rows[0].ends[1], c.For(*lanes_loop, c.Block([scalar] +
-                                                                   per_lane(epilogue))),
-                      stored)
+        stored = c.If(rows[0].ends[1], c.For(*lanes_loop, c.Block(
+            [scalar] + next_tile(em, _row_loop(rows), len(rows)) + per_lane(epilogue))), stored)
     out.append(stored)
     return fill, [c.Block(out)]
 

@@ -64,15 +64,35 @@ def contract(schedule, scop, fills, packed, l2: int, folds=()) -> list:
                 continue  # a statement outside the parallel loop touches it
             # the deepest loop of the bands under the mark first: the smallest buffer
             # (reused by the iterations of inner loops, which one thread runs in turn)
-            d = None
+            d = slot = None
             for band, members in reversed(_loops(mark.child(0))):
                 d = _one(mark, band, members, scop, t, *found)
-                if d is not None:
+                if d is None:
+                    continue
+                if d.facts["_bytes"] <= budget:
+                    budget -= d.facts["_bytes"]
+                    out.append(d)
                     break
-            if d is not None and d.facts["_bytes"] <= budget:
-                budget -= d.facts["_bytes"]
-                out.append(d)
+                if slot is None and d.facts["_bytes"] <= l2 and _tiles(d, t, scop):
+                    slot = d
+                d = None
+            if d is None and slot is not None:
+                out.append(Decision("contract", slot.subjects, {**slot.facts, "slot": "thread"}))
     return out
+
+
+def _tiles(d, t, scop) -> bool:
+    """Whether the boxes of ``d`` fit in ``t``'s array once per iteration (of the loops
+    outside its loop and of its loop): a buffer too large for a thread's stack is then
+    the box of ``t``'s own array at the thread's number (``slot``), which a thread runs
+    an iteration only under (a static schedule gives thread ``k`` iterations only if
+    ``k`` is below their count)."""
+    if d.facts["_count"] is None or scop.symbolic:
+        return False
+    full = 1
+    for e in scop.shapes[t.name]:
+        full *= e
+    return d.facts["_count"] * d.facts["_bytes"] <= full * t.dtype.np_dtype.itemsize
 
 
 def text(decisions) -> str:
@@ -164,8 +184,22 @@ def _one(mark, band, members: int, scop, t, touching, acc):
         stmt_offsets[name] = tuple(str(o.pullback_pw_multi_aff(pma).coalesce()) for o in offsets)
     return Decision("contract", [t.name], {
         "loop": f"c{depth}", "buffer": "x".join(map(str, extents)),
-        "_extents": tuple(extents), "_bytes": n * itemsize,
+        "_extents": tuple(extents), "_bytes": n * itemsize, "_count": _count(per.domain()),
         "_offsets": tuple(sorted(stmt_offsets.items()))})
+
+
+def _count(iterations):
+    """The number of points of ``iterations`` when it is a box of constant bounds, else
+    None."""
+    n, box = 1, isl.Set.universe(iterations.get_space())
+    for k in range(iterations.dim(isl.dim_type.set)):
+        lo, hi = iterations.dim_min_val(k), iterations.dim_max_val(k)
+        if not (lo.is_int() and hi.is_int()):
+            return None
+        n *= hi.to_python() - lo.to_python() + 1
+        box = box.lower_bound_val(isl.dim_type.set, k, lo).upper_bound_val(
+            isl.dim_type.set, k, hi)
+    return n if box.is_subset(iterations) else None
 
 
 def _zero(deltas):

@@ -1,0 +1,73 @@
+"""Software prefetches of a register tile's streamed data (``codegen_c/prefetch.py``):
+an operand read a row per reduction step (a pointwise convolution over the pixels of
+many channels) and the folded epilogue's reads across the planes of a channel-lane tile
+(a residual add).  Each has more streams than the hardware prefetchers follow; the code
+asks for the next tile's lines while it computes its own.  A prefetch never changes a
+result (and never faults, even past an array's end): every case is checked against the
+reference interpreter, partial tiles included."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import polytc
+from tests.kernels_small import check
+from tests.test_contract import PADCONV
+
+# a 1x1 convolution as the graph lowers it: filters x channels times channels x pixels
+POINTWISE = """
+def pointwise(float(M,C) Wt, float(N,C,P) X) -> (Y) {
+    Y(n, m, p) +=! Wt(m, c) * X(n, c, p)
+    Y(n, m, p) = max(Y(n, m, p), 0.0)
+}"""
+
+ONE = polytc.Options(parallel_min_points=1)
+
+
+@pytest.fixture(autouse=True)
+def _small_last_level_cache(monkeypatch):
+    """Prefetches are for tensors larger than the last-level cache (from memory): a
+    cache of 64 KiB makes these tests' tensors so (their sizes are theirs alone, so
+    that no kernel compiled without it is served from the session's cache)."""
+    from polytc.codegen_c import prefetch
+
+    monkeypatch.setattr(prefetch, "_last_level", lambda: 64 << 10)
+
+
+@pytest.mark.parametrize("m,c,p", [(16, 128, 3023), (16, 24, 200), (8, 7, 61)])
+def test_a_streamed_operand_is_prefetched_a_tile_ahead(m, c, p):
+    ck = check(POINTWISE, [(m, c), (2, c, p)], ONE.replace(constants=("Wt",)),
+               rtol=1e-4, atol=1e-4)
+    ahead = re.findall(r"__builtin_prefetch\(&X\[([^;]*)\]\);", ck.code)
+    if "pt_v" not in ck.code:
+        pytest.skip("no vector register tiles on this machine")
+    if "pack S0; tensor X" in str(ck.explain()):
+        assert not ahead  # its packed panels are read in order: nothing to ask for
+    else:  # a line per vector of the next tile along the pixels, each reduction step
+        assert ahead and all("((long)((c" in a for a in ahead), ck.code
+
+
+def test_the_packed_operand_is_not_prefetched():
+    ck = check(POINTWISE, [(16, 128), (2, 128, 3023)], ONE.replace(constants=("Wt",)))
+    assert "__builtin_prefetch(&Wt" not in ck.code and "__builtin_prefetch(&pt_pack" not in ck.code
+
+
+@pytest.mark.parametrize("h,w", [(24, 56), (13, 24)])
+def test_a_channel_lane_tiles_residual_is_prefetched_for_the_next_tile(h, w):
+    """Lanes over 32 filters with the result's stride: the epilogue reads the residual
+    at 32 planes; each lane asks for the next tile's first and last pixels."""
+    ck = check(PADCONV, [(2, 32, h, w), (64, 32, 3, 3), (2, 64, h, w)],
+               ONE.replace(constants=("K",)), rtol=1e-3, atol=1e-3)
+    if "pt_t[pt_l" not in ck.code:
+        pytest.skip("no channel-lane register tiles on this machine")
+    ahead = re.findall(r"__builtin_prefetch\(&R\[[^;]*\(c8 \+ (\d+)L\)+\]\);", ck.code)
+    assert ahead == ["8", "15"], ck.code[ck.code.find("pt_t[pt_l"):][:2000]
+
+
+def test_tensors_in_the_last_level_cache_are_not_prefetched(monkeypatch):
+    from polytc.codegen_c import prefetch
+
+    monkeypatch.setattr(prefetch, "_last_level", lambda: 1 << 30)
+    ck = check(POINTWISE, [(16, 128), (2, 128, 3021)], ONE.replace(constants=("Wt",)))
+    assert "__builtin_prefetch" not in ck.code
