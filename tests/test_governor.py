@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import polytc
-from polytc.graph.governor import PROBE_MAX_S, Governor
+from polytc.graph.governor import LOOK_S, PROBE_MAX_S, QUIET_MAX_S, Governor
 
 
 class Clock:
@@ -15,6 +15,16 @@ class Clock:
 
     def __call__(self):
         return self.t
+
+
+class Load:
+    """The machine as the governor's looks find it: ``busy`` while a neighbour runs."""
+
+    def __init__(self, busy=True):
+        self.busy = busy
+
+    def crowded(self):
+        return self.busy
 
 
 def drive(gov, clock, cost, runs):
@@ -31,7 +41,7 @@ def drive(gov, clock, cost, runs):
 
 def test_idle_machine_keeps_all_threads_and_probes_ever_less_often():
     clock = Clock()
-    gov = Governor(4, clock)
+    gov = Governor(4, clock, Load())
     used = drive(gov, clock, lambda n: 0.001 if n == 4 else 0.003, 20000)
     assert gov.current == 4
     bursts = [k for k in range(1, len(used)) if used[k] == 1 and used[k - 1] == 4]
@@ -40,9 +50,33 @@ def test_idle_machine_keeps_all_threads_and_probes_ever_less_often():
     assert used[-1] == 4 and gov.interval == PROBE_MAX_S
 
 
+def test_quiet_machine_probes_rarer_until_a_neighbour_comes():
+    """While looks at the machine find no other process busy, the intervals between
+    probes grow to QUIET_MAX_S; a look that finds one brings the probe forward."""
+    clock, load = Clock(), Load(busy=False)
+    gov = Governor(2, clock, load)
+    busy = [False]
+
+    def cost(n):  # (loaded, under SLOW times the idle cost: only a look finds it)
+        if n == 1:
+            return 0.012
+        return 0.017 if busy[0] else 0.009
+
+    used = drive(gov, clock, cost, 20000)  # 180 s of runs
+    bursts = [k for k in range(1, len(used)) if used[k] == 1 and used[k - 1] == 2]
+    assert gov.current == 2 and gov.interval == QUIET_MAX_S
+    assert len(bursts) <= 16 and used.count(1) < 0.002 * len(used)
+    busy[0] = load.busy = True
+    t0 = clock.t
+    used = drive(gov, clock, cost, 1000)
+    assert gov.current == 1
+    k = used.index(1)  # the first probe: within a look and PROBE_MAX_S
+    assert sum(cost(n) for n in used[:k]) <= LOOK_S + PROBE_MAX_S + 0.1, clock.t - t0
+
+
 def test_busy_neighbour_moves_to_one_thread_and_back():
     clock = Clock()
-    gov = Governor(2, clock)
+    gov = Governor(2, clock, Load())
     busy = [False]
 
     def cost(n):
@@ -66,7 +100,7 @@ def test_waking_threads_is_not_taken_for_a_busy_machine():
     machine the first six runs on two threads after any idle time take 1.9 ms, the rest
     0.2 ms; one thread 0.35 ms.  The governor stays on two threads."""
     clock = Clock()
-    gov = Governor(2, clock)
+    gov = Governor(2, clock, Load())
     state = {"idle_since": 0.0, "wake": 6, "last_n": 2}
 
     def cost(n):
@@ -92,7 +126,7 @@ def test_long_runs_probe_one_run_at_a_time():
     """Runs of 170 ms (a CNN at batch 64): a burst on one thread is one run of 340 ms,
     not three (three of a benchmark's five samples)."""
     clock = Clock()
-    gov = Governor(2, clock)
+    gov = Governor(2, clock, Load())
     used = drive(gov, clock, lambda n: 0.17 if n == 2 else 0.34, 60)
     first = used.index(1)
     assert used[first + 1] == 2 and gov.current == 2
@@ -101,14 +135,14 @@ def test_long_runs_probe_one_run_at_a_time():
 def test_one_thread_is_kept_where_it_is_faster_on_an_idle_machine():
     """A model too small to gain from threads (an MLP at batch 1) runs on one."""
     clock = Clock()
-    gov = Governor(2, clock)
+    gov = Governor(2, clock, Load())
     drive(gov, clock, lambda n: 2e-5 if n == 2 else 1.5e-5, 5000)
     assert gov.current == 1
 
 
 def test_a_single_thread_machine_never_probes():
     clock = Clock()
-    gov = Governor(1, clock)
+    gov = Governor(1, clock, Load())
     assert set(drive(gov, clock, lambda n: 0.01, 100)) == {1}
 
 

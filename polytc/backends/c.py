@@ -3,6 +3,7 @@ shared object and called through cffi (``runtime/native.py``)."""
 from __future__ import annotations
 
 from .. import config
+from ..codegen_c.cexpr import PRELUDE
 from ..codegen_c.compiler import build_shared_object, warm_probes
 from ..codegen_c.emit import CEmitter
 from ..codegen_c.pack import packs_of
@@ -54,6 +55,9 @@ class C(Backend):
             decisions = tuple(d for d in decisions
                               if d.kind != "contract" or d.subject not in em.escaped)
             b = b.stage("contraction", contract_text(decisions))
+        if em.windows:  # (``microkernel._window``; after the precompiled prelude)
+            at = len(PRELUDE) if code.startswith(PRELUDE) else 0
+            code = code[:at] + '#pragma GCC optimize ("no-predictive-commoning")\n' + code[at:]
         if not b.options.fp_contract:
             code = '#pragma GCC optimize ("fp-contract=off")\n' + code
         return b.stage("c", code, code=code, sites=tuple(em.sites), tiling=decisions)

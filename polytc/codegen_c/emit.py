@@ -91,6 +91,8 @@ class CEmitter:
              if t.name not in self.locals or self.locals[t.name].slot] + \
             [p.parameter for p in self.packs.values() if p.box is not None and not p.alias]
         self.vectorize = vectorize
+        #: a register tile broadcasts a window's elements (``microkernel._window``)
+        self.windows = False
         self.by_name = {s.name: s for s in scop.stmts}
         self.sites: list = []  # (Span, what) for every run-time check, 1-based
         self.num_threads = num_threads

@@ -28,6 +28,19 @@ keeps the thread count whose runs take less time on average:
   current measure; the runs of the count left behind are forgotten, so that the first
   burst after the neighbour has gone can bring all threads back.
 
+A probe costs its burst's runs on one thread (ResNet-18 at batch 1: three runs of 16 ms
+where they take 9 ms, every 2 s: 1-2% of a benchmark's time).  So the governor also looks
+at the machine (``Load``: the CPU time ``/proc/stat`` counts busy, less this process's,
+since the last look, at most every ``LOOK_S``): while no other process used
+``CROWDED`` of a core, the intervals between probes grow up to ``QUIET_MAX_S`` instead of
+``PROBE_MAX_S`` (a probe still finds where one thread is faster on an idle machine, and
+checks it now and then), straight to ``QUIET_MAX_S`` after a probe whose runs took over
+``CLEAR`` times the current ones (a look at its end, ``MIN_LOOK_S`` after the last: the
+first probe of a benchmark's warm-up, not six in its first seconds); a look that finds a
+neighbour brings the next probe forward to within ``PROBE_MAX_S``.  Where
+``/proc/stat`` cannot be read the machine counts as crowded (the intervals stay at most
+``PROBE_MAX_S``).
+
 For the same reason the runs of the first ``GRACE_S`` seconds after an idle gap (over
 ``GAP_S`` between two runs), and after the runs go back to more threads (a burst on one
 thread, or a switch), are not measured.  No probe comes before the current count has
@@ -37,6 +50,7 @@ keeps all threads always.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 
@@ -48,6 +62,36 @@ KEEP = 8
 BURST, BURST_S, WAKE_S, BURST_MAX = 3, 0.025, 0.01, 200
 GAP_S, GRACE_S = 0.002, 0.03
 LONG_S = 0.005
+QUIET_MAX_S, LOOK_S, MIN_LOOK_S, CROWDED, CLEAR = 30.0, 1.0, 0.1, 0.25, 1.25
+
+
+class Load:
+    """Whether other processes kept the machine's CPUs busy since the last call: the
+    busy time ``/proc/stat`` counts over all CPUs (steal included: a virtual machine's
+    host taking them) less this process's own, over at least ``CROWDED`` of a core."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
+        self.hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.last = self._sample()
+
+    def _sample(self):
+        try:
+            with open("/proc/stat", "rb") as f:
+                ticks = [int(x) for x in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        t = os.times()
+        busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
+        return self.clock(), busy / self.hz, t.user + t.system
+
+    def crowded(self) -> bool:
+        now, before = self._sample(), self.last
+        self.last = now
+        if now is None or before is None or now[0] <= before[0]:
+            return True
+        others = (now[1] - before[1]) - (now[2] - before[2])
+        return others >= CROWDED * (now[0] - before[0])
 
 
 def _mean(xs) -> float:
@@ -57,8 +101,13 @@ def _mean(xs) -> float:
 
 
 class Governor:
-    def __init__(self, full: int, clock=time.perf_counter):
+    def __init__(self, full: int, clock=time.perf_counter, load=None):
         self.full, self.clock = full, clock
+        #: ``crowded()``: whether other processes kept a CPU busy since the last call
+        self.load = load if load is not None else Load()
+        self.quiet = False  # the last look found no neighbour
+        self.next_look = self.load_at = clock()  # (the next look and the last one)
+        self.next_look += LOOK_S
         self.current = full
         self.times: dict = {full: deque(maxlen=KEEP), 1: deque(maxlen=KEEP)}
         self.interval = PROBE_S
@@ -79,10 +128,21 @@ class Governor:
             return self.other()
         if len(self.times[self.current]) < KEEP:
             return self.current
-        if len(self.slow) >= 2 and sum(self.slow) >= SLOW_S or \
-                self.clock() >= self.next_probe:
+        now = self.clock()
+        if now >= self.next_look:
+            self.look(now)
+        if len(self.slow) >= 2 and sum(self.slow) >= SLOW_S or now >= self.next_probe:
             return self.other()
         return self.current
+
+    def look(self, now: float) -> None:
+        """See whether a neighbour came (the next probe within ``PROBE_MAX_S``) or the
+        machine is quiet (probes may grow rarer)."""
+        self.next_look, self.load_at = now + LOOK_S, now
+        self.quiet = not self.load.crowded()
+        if not self.quiet:
+            self.interval = min(self.interval, PROBE_MAX_S)
+            self.next_probe = min(self.next_probe, now + PROBE_MAX_S)
 
     def record(self, n: int, seconds: float) -> None:
         """The run just made took ``seconds`` on ``n`` threads."""
@@ -121,7 +181,13 @@ class Governor:
             self.times[n].append(measure)
             self.interval = SETTLE_S
         else:  # (and at most a ``1 / SPARE`` part of the time in probes)
-            self.interval = max(min(PROBE_MAX_S, 2 * self.interval), SPARE * spent)
+            if now - self.load_at >= MIN_LOOK_S:
+                self.look(now)
+            if self.quiet and measure > CLEAR * _mean(mine):  # and it will stay so
+                self.interval = QUIET_MAX_S
+            else:
+                cap = QUIET_MAX_S if self.quiet else PROBE_MAX_S
+                self.interval = max(min(cap, 2 * self.interval), SPARE * spent)
         if self.current == self.full:  # back to (or on to) more threads: they wake first
             self.grace = now + GRACE_S
         self.next_probe = now + self.interval
