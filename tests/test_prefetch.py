@@ -71,3 +71,33 @@ def test_tensors_in_the_last_level_cache_are_not_prefetched(monkeypatch):
     monkeypatch.setattr(prefetch, "_last_level", lambda: 1 << 30)
     ck = check(POINTWISE, [(16, 128), (2, 128, 3021)], ONE.replace(constants=("Wt",)))
     assert "__builtin_prefetch" not in ck.code
+
+
+# max pooling 3x3/2 of a padded plane (ResNet-18's after its stem): each iteration
+# copies a plane into a contracted buffer, then computes from it
+POOL = """
+def pool(float(C,H,W) X) -> (Y) {
+    P(c, h, w) = h >= 1 && w >= 1 ? X(c, h - 1, w - 1) : -1.0 / 0.0
+        where h in 0:H+1, w in 0:W+1
+    Y(c, h, w) max=! P(c, h * 2 + kh, w * 2 + kw)
+        where h in 0:H/2, w in 0:W/2, kh in 0:3, kw in 0:3
+}"""
+
+
+@pytest.mark.parametrize("c,w", [(6, 112), (5, 98), (3, 40)])
+def test_the_next_iterations_source_is_prefetched_while_it_computes(c, w):
+    """A cursor over the next plane (the copy's source in the next iteration), 16 lines
+    at each row of the window loop that reads the buffer; none in the copy's loops, and
+    none for planes under 16 KiB, which the hardware prefetchers follow."""
+    ck = check(POOL, [(c, w, w)], ONE)
+    declared = re.findall(r"const char \*pt_pf_P = \(const char \*\)&X\[([^;]*)\], "
+                          r"\*const pt_pf_P_end = pt_pf_P \+ (\d+)L;", ck.code)
+    if w * w * 4 < 16 << 10:
+        assert not declared and "pt_pf_" not in ck.code
+        return
+    assert len(declared) == 1 and int(declared[0][1]) == w * w * 4, ck.code
+    assert f"{w * w}" in declared[0][0]  # the next plane's first element
+    # after the copy's loops (the last store into the buffer), before the window's
+    last_copy = max(m.start() for m in re.finditer(r"pt_l_P\[[^;\n]*\] = ", ck.code))
+    first_step = ck.code.find("__builtin_prefetch(pt_pf_P)")
+    assert last_copy < first_step < ck.code.find("pt_l_P[", first_step), ck.code

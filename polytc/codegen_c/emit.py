@@ -21,6 +21,7 @@ from .microkernel import masked_moves, typedefs
 from .fold import folds_of
 from .aligned import by_alignment
 from .locals import locals_of, thread_helper
+from .prefetch import cursors, steps
 from .vmath import vector_math
 from .pack import PackPrinter, direct_below, packs_of
 from .halves import half_helpers
@@ -57,6 +58,7 @@ class CEmitter:
         self.batch_if: list = []
         #: (loop iterator, its contracted buffers) of the parallel loops around the node
         self.scoped: list = []
+        self.cursors: list = []  # the cursors in scope (``prefetch.cursors``)
         self.nested_forks = 0  # the parallel loops emitted inside such symbolic loops
         #: C that holds when the parallel loops should fork (symbolic sizes: large enough)
         self.parallel_if = parallel_if
@@ -157,7 +159,11 @@ class CEmitter:
             self.in_simd += simd
             self.batch_if += [batch] if batch else []
             forks = self.nested_forks
+            mine = cursors(self, it)
+            self.cursors += mine
             inner = self.node(n.for_get_body())
+            self.cursors = self.cursors[:len(self.cursors) - len(mine)]
+            inner = [cur[2] for cur in mine if cur[3]] + inner
             self.batch_if = self.batch_if[:-1] if batch else self.batch_if
             if batch and self.nested_forks == forks:  # nothing inside forks instead: a
                 batch = None  # region of one iteration keeps the other threads awake
@@ -190,6 +196,7 @@ class CEmitter:
                         return [c.If(f"!({self.batch_if[-1]})",
                                      c.Block(self.forked(pragma[0], loop)), c.Block([loop]))]
                     return self.forked(pragma[0], loop)
+                ahead = steps(self.cursors, str(c.Block(inner))) if simd else []
                 phased = self.phases(it, header, inner) if simd else None
                 if phased is not None:
                     header, inner = phased
@@ -197,9 +204,9 @@ class CEmitter:
                 vector = math_loop(self, n, it, header, inner) if simd and not phased \
                     else None
                 if vector is None:
-                    return plain
-                return [c.Line("#ifdef PT_EXPV16")] + vector + [c.Line("#else")] + plain + \
-                    [c.Line("#endif")]
+                    return ahead + plain
+                return ahead + [c.Line("#ifdef PT_EXPV16")] + vector + [c.Line("#else")] + \
+                    plain + [c.Line("#endif")]
             return [c.For(*header, c.Block(inner))]
         if t == T.if_:
             cond = isl_expr(n.if_get_cond())

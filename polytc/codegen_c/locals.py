@@ -20,6 +20,14 @@ class Local:
         if not self.slot:  # (rows padded past the array's own would overrun it)
             self.extents = _padded(self.extents, itemsize)
         self.itemsize = itemsize
+        #: ``(tensor, C of its range's start at the next iteration, elements, the
+        #: iterator of that iteration's loop)`` (``tiling/contract._source``) or None
+        self.source = None
+        if f.get("_source"):
+            x, start, count = f["_source"]
+            pa = isl.PwAff.read_from_str(ctx, start)
+            self.source = (x, _c_of(pa, isl_expr), count,
+                           f"c{pa.dim(isl.dim_type.in_) - 1}")
         #: statement -> per dimension, the box's first index as C over x0, x1, ...
         self.offsets = {s: [_c_of(isl.PwAff.read_from_str(ctx, o), isl_expr) for o in offs]
                         for s, offs in f["_offsets"]}

@@ -1,13 +1,17 @@
 """Software prefetches in register tiles, for data with more streams than the hardware
 prefetchers follow, from memory: the next tile's part of an operand that a tile reads
-a row per reduction step (``streamed``), and of what a channel-lane tile's folded
-epilogue reads across as many planes as the tile has lanes (``next_tile``).  Only for
+a row per reduction step (``streamed``), of what a channel-lane tile's folded
+epilogue reads across as many planes as the tile has lanes (``next_tile``), and the
+range of a tensor that the next iteration copies into a contracted buffer, while this
+one computes from it (``cursors``, ``steps``).  Only for
 tensors larger than the last-level cache (``from_memory``): from L3 their lines come
 soon enough, and each prefetch is an instruction more.  A prefetch changes no result and
 never faults, even at an address past an array's end (the last tile's next one)."""
 from __future__ import annotations
 
 import re
+
+import cgen as c
 
 from ..lang import program as P
 from ..machine import host
@@ -66,4 +70,50 @@ def next_tile(em, loop, n: int) -> list:
     for row in (n, 2 * n - 1):
         at = {k: re.sub(r"\bpt_r\b", f"{row}L", x) for k, x in loop.at.items()}
         out += [s for s in loop.fold.prefetches(em, at, now) if str(s) not in map(str, out)]
+    return out
+
+
+#: cache lines a vector loop that reads a contracted buffer asks for (``steps``)
+LINES = 16
+#: the smallest range a cursor prefetches: the hardware prefetchers follow a stream of
+#: small iterations' ranges (SqueezeNet's pools of 27 x 27 and 13 x 13 planes: 5% slower
+#: with cursors), not one that starts a new 50 KB plane after each wait
+MIN_BYTES = 16 << 10
+
+
+def cursors(em, it: str) -> list:
+    """``[buffer, cursor, declaration, used]`` of the cursors over the next iteration's
+    source of the contracted buffers in scope whose iteration is the loop ``it``
+    (``Local.source``: a pooling's next plane, from memory), declared at the start of
+    its body where a loop steps them."""
+    out = []
+    for _, lcs in em.scoped:
+        for lc in lcs:
+            if lc.source is None or lc.source[3] != it or not from_memory(em, lc.source[0]):
+                continue
+            x, start, count, _ = lc.source
+            size = count * em.scop.program.tensor(x).dtype.np_dtype.itemsize
+            if size < MIN_BYTES:
+                continue
+            name = f"pt_pf_{lc.tensor}"
+            out.append([lc.name, name, c.Statement(
+                f"const char *{name} = (const char *)&{x}[{start}], *const {name}_end = "
+                f"{name} + {size}L"), False])
+    return out
+
+
+def steps(active: list, body: str) -> list:
+    """Prefetches of the next ``LINES`` lines of each active cursor whose buffer the
+    vector loop ``body`` (C text) reads and does not write: spread over the loops that
+    compute from the buffer, the next iteration's source arrives while they run, where
+    the copy at its start waited for memory (ResNet-18's 3x3/2 max pooling at batch 64,
+    a plane of 112 x 112 per iteration: 10.5 -> 7.2 ms)."""
+    out = []
+    for cursor in active:
+        local, name = cursor[:2]
+        if f"{local}[" in body and not re.search(rf"\b{local}\[[^;]*\]\s*=[^=]", body):
+            cursor[3] = True  # (declared only where a loop steps it)
+            out.append(c.Statement(
+                f"for (int pt_q = 0; pt_q < {LINES} && {name} < {name}_end; pt_q++, "
+                f"{name} += 64) __builtin_prefetch({name})"))
     return out

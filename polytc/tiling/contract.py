@@ -185,7 +185,56 @@ def _one(mark, band, members: int, scop, t, touching, acc):
     return Decision("contract", [t.name], {
         "loop": f"c{depth}", "buffer": "x".join(map(str, extents)),
         "_extents": tuple(extents), "_bytes": n * itemsize, "_count": _count(per.domain()),
-        "_offsets": tuple(sorted(stmt_offsets.items()))})
+        "_offsets": tuple(sorted(stmt_offsets.items())), "_source": _source(prefix, scop, t)})
+
+
+def _source(prefix, scop, t):
+    """``(tensor, start, elements)``: the range of another tensor that the statements
+    writing ``t`` read in one iteration (a pooling's padded copy of a plane: the
+    plane), ``start`` its first element's linear index at the next iteration, an isl
+    piecewise affine expression of the loops' values (named ``c0``, ``c1``, ...), for the
+    code to prefetch while the iteration computes from ``t``; None when there is no one
+    such tensor of constant shape, or its range is not one per iteration."""
+    writers = set()
+    scop.writes.foreach_map(lambda m: writers.add(m.get_tuple_name(isl.dim_type.in_))
+                            if m.get_tuple_name(isl.dim_type.out) == t.name else None)
+    reads: list = []
+    scop.reads.foreach_map(lambda m: reads.append(m) if m.get_tuple_name(isl.dim_type.in_)
+                           in writers and m.get_tuple_name(isl.dim_type.out) != t.name
+                           else None)
+    names = {m.get_tuple_name(isl.dim_type.out) for m in reads}
+    if len(names) != 1:
+        return None
+    x = names.pop()
+    shape = scop.shapes.get(x)
+    if not shape or scop.symbolic:
+        return None
+    acc = isl.UnionMap.from_map(reads[0])
+    for m in reads[1:]:
+        acc = acc.union(isl.UnionMap.from_map(m))
+    strides, at = [], 1
+    for e in reversed(shape):
+        strides.insert(0, at)
+        at *= e
+    idx = [f"i{k}" for k in range(len(shape))]
+    flat = " + ".join(f"{s} * {i}" for s, i in zip(strides, idx))
+    lin = isl.UnionMap.read_from_str(scop.ctx, f"{{ {x}[{', '.join(idx)}] -> [{flat}] }}")
+    try:
+        per = isl.Map.from_union_map(prefix.reverse().apply_range(acc).apply_range(lin))
+    except isl.Error:
+        return None
+    lo, hi = per.dim_min(0), per.dim_max(0)
+    size = hi.sub(lo).max_val()
+    if lo.n_piece() != 1 or not size.is_int():
+        return None
+    space = lo.get_domain_space()
+    n = space.dim(isl.dim_type.set)
+    step = isl.MultiAff.identity(space.map_from_set())
+    step = step.set_aff(n - 1, step.get_aff(n - 1).add_constant_val(1))
+    nxt = lo.pullback_multi_aff(step)
+    for k in range(n):
+        nxt = nxt.set_dim_id(isl.dim_type.in_, k, isl.Id(f"c{k}", context=scop.ctx))
+    return x, str(nxt), size.to_python() + 1
 
 
 def _count(iterations):
