@@ -163,7 +163,7 @@ class CEmitter:
             self.cursors += mine
             inner = self.node(n.for_get_body())
             self.cursors = self.cursors[:len(self.cursors) - len(mine)]
-            inner = [cur[2] for cur in mine if cur[3]] + inner
+            inner = [cur.declaration for cur in mine if cur.used] + inner
             self.batch_if = self.batch_if[:-1] if batch else self.batch_if
             if batch and self.nested_forks == forks:  # nothing inside forks instead: a
                 batch = None  # region of one iteration keeps the other threads awake

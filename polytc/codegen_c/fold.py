@@ -17,6 +17,7 @@ import islpy as isl
 
 from ..lang import program as P
 from .cexpr import literal, statement_code, target_code
+from .prefetch import from_memory
 
 _OP = isl.ast_expr_op_type
 
@@ -84,8 +85,6 @@ class Fold:
         at the contraction's element ``vars`` (C text per index), those that differ from
         the ones it reads at ``now``: a register tile's epilogue asks for the next
         tile's while it runs its own."""
-        from .prefetch import from_memory
-
         if self.epi is None:
             return []
 

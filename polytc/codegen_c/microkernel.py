@@ -242,7 +242,7 @@ def micro_kernel(em, loops, items):
     hoisted: dict = {}  # the reduction step's loads, each once (``ExprPrinter.hoisted``)
     loads: list = []
     strided: list = []  # per row whose accumulators have the result's stride
-    ahead: list = []  # prefetches of the next tile's streamed vectors (``_streamed``)
+    ahead: list = []  # prefetches of the next tile's streamed vectors (``streamed``)
     direct, stores = [], []  # (see ``handover``)
     starts = []  # per row: where its code starts in epi, post, direct, stores
     for u, (inner, sst, printer) in enumerate(rows):

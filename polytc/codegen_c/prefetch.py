@@ -3,13 +3,14 @@ prefetchers follow, from memory: the next tile's part of an operand that a tile 
 a row per reduction step (``streamed``), of what a channel-lane tile's folded
 epilogue reads across as many planes as the tile has lanes (``next_tile``), and the
 range of a tensor that the next iteration copies into a contracted buffer, while this
-one computes from it (``cursors``, ``steps``).  Only for
-tensors larger than the last-level cache (``from_memory``): from L3 their lines come
-soon enough, and each prefetch is an instruction more.  A prefetch changes no result and
+one computes from it (``cursors``, ``steps``).  Only for tensors larger than the
+last-level cache (``from_memory``): from L3 their lines come soon enough, and each
+prefetch is an instruction more.  A prefetch changes no result and
 never faults, even at an address past an array's end (the last tile's next one)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import cgen as c
 
@@ -81,11 +82,21 @@ LINES = 16
 MIN_BYTES = 16 << 10
 
 
+@dataclass
+class Cursor:
+    """A pointer over the next iteration's source of the contracted buffer ``local``:
+    ``name``, its ``declaration``, and whether a loop steps it (``used``: declared
+    only then)."""
+    local: str
+    name: str
+    declaration: object
+    used: bool = False
+
+
 def cursors(em, it: str) -> list:
-    """``[buffer, cursor, declaration, used]`` of the cursors over the next iteration's
-    source of the contracted buffers in scope whose iteration is the loop ``it``
-    (``Local.source``: a pooling's next plane, from memory), declared at the start of
-    its body where a loop steps them."""
+    """The ``Cursor``s over the next iteration's source of the contracted buffers in
+    scope whose iteration is the loop ``it`` (``Local.source``: a pooling's next plane,
+    from memory), declared at the start of its body."""
     out = []
     for _, lcs in em.scoped:
         for lc in lcs:
@@ -96,9 +107,9 @@ def cursors(em, it: str) -> list:
             if size < MIN_BYTES:
                 continue
             name = f"pt_pf_{lc.tensor}"
-            out.append([lc.name, name, c.Statement(
+            out.append(Cursor(lc.name, name, c.Statement(
                 f"const char *{name} = (const char *)&{x}[{start}], *const {name}_end = "
-                f"{name} + {size}L"), False])
+                f"{name} + {size}L")))
     return out
 
 
@@ -110,9 +121,9 @@ def steps(active: list, body: str) -> list:
     a plane of 112 x 112 per iteration: 10.5 -> 7.2 ms)."""
     out = []
     for cursor in active:
-        local, name = cursor[:2]
+        local, name = cursor.local, cursor.name
         if f"{local}[" in body and not re.search(rf"\b{local}\[[^;]*\]\s*=[^=]", body):
-            cursor[3] = True  # (declared only where a loop steps it)
+            cursor.used = True
             out.append(c.Statement(
                 f"for (int pt_q = 0; pt_q < {LINES} && {name} < {name}_end; pt_q++, "
                 f"{name} += 64) __builtin_prefetch({name})"))

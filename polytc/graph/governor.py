@@ -106,8 +106,8 @@ class Governor:
         #: ``crowded()``: whether other processes kept a CPU busy since the last call
         self.load = load if load is not None else Load()
         self.quiet = False  # the last look found no neighbour
-        self.next_look = self.load_at = clock()  # (the next look and the last one)
-        self.next_look += LOOK_S
+        self.load_at = clock()  # the last look (``look``), and the next one
+        self.next_look = self.load_at + LOOK_S
         self.current = full
         self.times: dict = {full: deque(maxlen=KEEP), 1: deque(maxlen=KEEP)}
         self.interval = PROBE_S

@@ -64,35 +64,39 @@ def contract(schedule, scop, fills, packed, l2: int, folds=()) -> list:
                 continue  # a statement outside the parallel loop touches it
             # the deepest loop of the bands under the mark first: the smallest buffer
             # (reused by the iterations of inner loops, which one thread runs in turn)
-            d = slot = None
+            chosen = slot = None
             for band, members in reversed(_loops(mark.child(0))):
                 d = _one(mark, band, members, scop, t, *found)
                 if d is None:
                     continue
                 if d.facts["_bytes"] <= budget:
                     budget -= d.facts["_bytes"]
-                    out.append(d)
+                    chosen = (d, band, members, {})
                     break
-                if slot is None and d.facts["_bytes"] <= l2 and _tiles(d, t, scop):
-                    slot = d
-                d = None
-            if d is None and slot is not None:
-                out.append(Decision("contract", slot.subjects, {**slot.facts, "slot": "thread"}))
+                if slot is None and d.facts["_bytes"] <= l2 and \
+                        _tiles(d, _prefix(band, members, scop), t, scop, found[1]):
+                    slot = (d, band, members, {"slot": "thread"})
+            d, band, members, more = chosen or slot or (None,) * 4
+            if d is not None:  # (where the next iteration's copy reads: ``_source``)
+                source = _source(_prefix(band, members, scop), scop, t)
+                out.append(Decision("contract", d.subjects,
+                                    {**d.facts, **more, "_source": source}))
     return out
 
 
-def _tiles(d, t, scop) -> bool:
+def _tiles(d, prefix, t, scop, acc) -> bool:
     """Whether the boxes of ``d`` fit in ``t``'s array once per iteration (of the loops
-    outside its loop and of its loop): a buffer too large for a thread's stack is then
-    the box of ``t``'s own array at the thread's number (``slot``), which a thread runs
-    an iteration only under (a static schedule gives thread ``k`` iterations only if
-    ``k`` is below their count)."""
-    if d.facts["_count"] is None or scop.symbolic:
+    outside its loop and of its loop, ``prefix``'s values): a buffer too large for a
+    thread's stack is then the box of ``t``'s own array at the thread's number
+    (``slot``), which a thread runs an iteration only under (a static schedule gives
+    thread ``k`` iterations only if ``k`` is below their count)."""
+    if scop.symbolic:
         return False
+    count = _count(prefix.intersect_domain(acc.domain()).range())
     full = 1
     for e in scop.shapes[t.name]:
         full *= e
-    return d.facts["_count"] * d.facts["_bytes"] <= full * t.dtype.np_dtype.itemsize
+    return count is not None and count * d.facts["_bytes"] <= full * t.dtype.np_dtype.itemsize
 
 
 def text(decisions) -> str:
@@ -141,14 +145,9 @@ def _one(mark, band, members: int, scop, t, touching, acc):
     ``acc``) per iteration of the loops through the first ``members`` members of
     ``band`` (at or below ``mark``), or None."""
     depth = int(mark.mark_get_id().get_name().partition(":")[2])
-    try:
-        prefix = band.get_prefix_schedule_union_map()
-    except isl.Error:
+    prefix = _prefix(band, members, scop)
+    if prefix is None:
         return None
-    first = isl.UnionMap.from_multi_union_pw_aff(
-        band.band_get_partial_schedule().drop_dims(isl.dim_type.set, members,
-                                                   band.band_n_member() - members))
-    prefix = prefix.flat_range_product(first).intersect_domain(scop.domain)
     try:
         per = isl.Map.from_union_map(prefix.reverse().apply_range(acc))
     except isl.Error:
@@ -184,8 +183,21 @@ def _one(mark, band, members: int, scop, t, touching, acc):
         stmt_offsets[name] = tuple(str(o.pullback_pw_multi_aff(pma).coalesce()) for o in offsets)
     return Decision("contract", [t.name], {
         "loop": f"c{depth}", "buffer": "x".join(map(str, extents)),
-        "_extents": tuple(extents), "_bytes": n * itemsize, "_count": _count(per.domain()),
-        "_offsets": tuple(sorted(stmt_offsets.items())), "_source": _source(prefix, scop, t)})
+        "_extents": tuple(extents), "_bytes": n * itemsize,
+        "_offsets": tuple(sorted(stmt_offsets.items()))})
+
+
+def _prefix(band, members: int, scop):
+    """The map from the statements' instances to the values of the loops down to the
+    ``members``-th of ``band`` (their iterations), or None."""
+    try:
+        prefix = band.get_prefix_schedule_union_map()
+    except isl.Error:
+        return None
+    first = isl.UnionMap.from_multi_union_pw_aff(
+        band.band_get_partial_schedule().drop_dims(isl.dim_type.set, members,
+                                                   band.band_n_member() - members))
+    return prefix.flat_range_product(first).intersect_domain(scop.domain)
 
 
 def _source(prefix, scop, t):
@@ -195,6 +207,8 @@ def _source(prefix, scop, t):
     piecewise affine expression of the loops' values (named ``c0``, ``c1``, ...), for the
     code to prefetch while the iteration computes from ``t``; None when there is no one
     such tensor of constant shape, or its range is not one per iteration."""
+    if prefix is None:
+        return None
     writers = set()
     scop.writes.foreach_map(lambda m: writers.add(m.get_tuple_name(isl.dim_type.in_))
                             if m.get_tuple_name(isl.dim_type.out) == t.name else None)
@@ -240,6 +254,10 @@ def _source(prefix, scop, t):
 def _count(iterations):
     """The number of points of ``iterations`` when it is a box of constant bounds, else
     None."""
+    try:
+        iterations = isl.Set.from_union_set(iterations)
+    except isl.Error:
+        return None
     n, box = 1, isl.Set.universe(iterations.get_space())
     for k in range(iterations.dim(isl.dim_type.set)):
         lo, hi = iterations.dim_min_val(k), iterations.dim_max_val(k)
