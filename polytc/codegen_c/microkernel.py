@@ -276,7 +276,7 @@ def micro_kernel(em, loops, items):
             return None
         ahead += [a for a in streamed(em, sst, printer, vecs - whole, lane, lo + width,
                                        range(0, nvec, max(1, 64 // (lanes * itemsize))),
-                                       lanes) if a not in ahead]
+                                       lanes, _steps(loops)) if a not in ahead]
         unit = idx[-1] == jvars[0]  # else the accumulators' lanes have the result's stride
         if tail and not unit:
             return None
@@ -551,6 +551,18 @@ def transposed(vtype: str, lanes: int, span: int, nvec: int, value: dict,
 def each_lane(width: int) -> tuple:
     """The header of a loop over ``pt_l`` in ``0:width``."""
     return ("long pt_l = 0", f"pt_l < {width}L", "pt_l += 1")
+
+
+def _steps(loops):
+    """The reduction steps of a register tile (its ``loops``' trip counts multiplied),
+    or None where a bound is not constant."""
+    n = 1
+    for lp in loops:
+        lo, hi = const_bounds(lp)
+        if lo is None:
+            return None
+        n *= hi - lo + 1
+    return n
 
 
 def const_bounds(for_node):
