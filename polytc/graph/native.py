@@ -94,7 +94,7 @@ class Driver:
                     fixed.append((len(index) - 1, sizes[i:i + 1]))
                     args.append(len(index) - 1)
             args += [slot(v) for v in s.inputs + s.outputs]
-            for t in list(plan._memory.scratch(s.name, ck) if ck.temps else ()) + \
+            for t in plan.scratch.get(s.name, []) + \
                     plan.prepacked.get(s.name, []):  # and its packed weights
                 index[(s.name, len(args))] = len(index)
                 fixed.append((len(index) - 1, t))

@@ -32,7 +32,7 @@ from ..kernel import Kernel
 from ..lang.inline import inline_temporaries
 from ..lang.parser import parse
 from ..lang.sema import check
-from ..runtime.memory import aligned_copy, aligned_empty, huge_empty, huge_zeros, is_aligned
+from ..runtime.memory import aligned_copy, aligned_empty, huge_empty, is_aligned, reserve
 from .bind import bind
 from .group import Group, Join, View, canonical, form_groups
 
@@ -253,11 +253,15 @@ class Plan:
                     self.slot[v] = (self.slot[j.value][0], at)
             free.extend(dying.pop(k, []))
         self.placed = {}  # value -> its array in the arena, made once
+        self.scratch: dict = {}
         if self.device is not None:  # values live on the device, one buffer each
             self.slot, self.arena_bytes = {}, 0
             return
         arena = [self._memory.take(b, n) for b, n in enumerate(sizes)]
         self.arena_bytes = sum(sizes)
+        #: group -> its kernel's temporaries (``Arena.scratch``; the native entry point's)
+        self.scratch = self._memory.scratch({s.name: self.kernels[s.name] for s in self.steps
+                                             if isinstance(s, Group)})
         for v, (b, at) in self.slot.items():
             r = refs[v]
             self.placed[v] = arena[b][at:at + r.size * r.dtype.itemsize].view(
@@ -413,38 +417,56 @@ def group_texts(graph, shapes: dict, fuse: bool, target: str) -> list:
 
 class Arena:
     """The buffers of plans' memory (``Plan._plan_memory``): buffer ``k`` of every plan
-    that shares the arena is one array, grown when a plan needs more, so that a model
-    run at many batch sizes keeps one arena, not one per size; those plans run one at a
-    time (``lock``).  A plan keeps its buffers: a grown one replaces it for later plans,
-    at least twice as large, so that batch sizes that keep growing leave a few
-    generations of it behind, not one per size (a transformer layer at batches 1 to 24:
-    137 -> 1143 MB before).  So do the kernels' temporaries (``scratch``: the same
-    group's of every plan share one), and the weights a generic kernel packs
+    that shares the arena is one array, so that a model run at many batch sizes keeps
+    one arena, not one per size; those plans run one at a time (``lock``).  A shared
+    arena's buffers are reservations of address space (``memory.reserve``: 64 times
+    the first need), so a larger batch uses more of the same buffer: the pages touched
+    before stay, and only the new ones fault (a grown buffer had been a new one, whose
+    every page faulted again: 41 ms per 100 MB on a VM; a transformer layer at batch
+    64 after 32: 44 -> 27 ms for a new batch).  Where no reservation is made,
+    a plan keeps its buffers and a grown one, at least twice as large, replaces it
+    for later plans.  The kernels' temporaries share one buffer (``scratch``: groups
+    run one at a time), and the weights a generic kernel packs are packed once
     (``prepacked``: the same for every plan)."""
 
-    def __init__(self):
+    def __init__(self, grow: bool = False):
         self.lock = threading.Lock()
+        self._grow = grow
         self._buffers: dict = {}
         #: (the kernel's shared object, its weights' names) -> its packed weights
         self.prepacked: dict = {}
 
-    def take(self, k, nbytes: int, zero: bool = False) -> np.ndarray:
+    def take(self, k, nbytes: int) -> np.ndarray:
+        """Buffer ``k``, of ``nbytes`` or more."""
         buf = self._buffers.get(k)
         if buf is None or buf.size < nbytes:
             grown = nbytes if buf is None else max(nbytes, 2 * buf.size)
-            # (zeroed: as the kernels' own temporaries start)
-            buf = self._buffers[k] = (huge_zeros if zero else huge_empty)(grown)
+            buf = reserve(grown) if self._grow else None
+            buf = self._buffers[k] = huge_empty(grown) if buf is None else buf
         return buf
 
-    def scratch(self, group: str, kernel) -> list:
-        """The temporaries of ``group``'s compiled ``kernel``: arrays in buffers of
-        this arena shared by the same group of every plan."""
-        out = []
-        for t, (shape, dtype) in enumerate(kernel.temps):
-            n = int(np.prod(shape, dtype=np.int64))
-            buf = self.take(("scratch", group, t), n * np.dtype(dtype).itemsize + 64, True)
-            off = (-buf.ctypes.data) % 64
-            out.append(buf[off:off + n * np.dtype(dtype).itemsize].view(dtype).reshape(shape))
+    def scratch(self, kernels: dict) -> dict:
+        """Group -> the temporaries of its compiled kernel (``kernels``: group ->
+        kernel), arrays 64-byte aligned in one buffer of this arena as large as the
+        largest group's: they hold nothing from one group's run to another's (a
+        kernel's own temporaries hold what its last call left)."""
+        def aligned(n):
+            return n + -n % 64
+
+        places = {g: [(int(np.prod(shape, dtype=np.int64)), np.dtype(dtype), shape)
+                      for shape, dtype in ck.temps] for g, ck in kernels.items() if ck.temps}
+        if not places:
+            return {}
+        need = max(sum(aligned(n * dt.itemsize) for n, dt, _ in ts) for ts in places.values())
+        buf = self.take("scratch", need + 64)
+        base = (-buf.ctypes.data) % 64
+        out = {}
+        for g, ts in places.items():
+            at, arrays = base, []
+            for n, dt, shape in ts:
+                arrays.append(buf[at:at + n * dt.itemsize].view(dt).reshape(shape))
+                at += aligned(n * dt.itemsize)
+            out[g] = arrays
         return out
 
 

@@ -192,7 +192,7 @@ class Session:
             from .plan import Arena, group_texts
 
             if self._memory is None and self._generaliser.dims:
-                self._memory = Arena()
+                self._memory = Arena(grow=True)
                 # the first plan of a model with symbolic dimensions: its groups bound
                 # one larger too, so that they compile symbolic at once (dynamic.py)
                 probe = self._generaliser.probe(shapes)

@@ -7,6 +7,8 @@ element is reused many times, are copied into aligned buffers when they are not.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 ALIGN = 64
@@ -84,6 +86,14 @@ def huge_empty(nbytes: int) -> np.ndarray:
             or not hasattr(mmap, "MAP_ANONYMOUS"):
         return aligned_empty((max(nbytes, 1),), np.uint8, always=True)
     m = mmap.mmap(-1, nbytes + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return _advised(m, nbytes)
+
+
+def _advised(m, nbytes: int) -> np.ndarray:
+    """``nbytes`` of the mapping ``m`` from its first 2 MiB boundary, advised into huge
+    pages where that is cheap (``huge_empty``)."""
+    import mmap
+
     buf = np.frombuffer(m, np.uint8)
     off = (-buf.ctypes.data) % HUGE
     if _huge_pages_cheap() and hasattr(mmap, "MADV_HUGEPAGE"):
@@ -92,6 +102,33 @@ def huge_empty(nbytes: int) -> np.ndarray:
         except (OSError, ValueError):
             pass
     return buf[off:off + nbytes]
+
+
+def reserve(nbytes: int) -> np.ndarray | None:
+    """An array of ``nbytes`` or more (its ``size``) over a private anonymous mapping of
+    address space, 2 MiB aligned, whose pages cost memory only when first touched: room
+    to grow in place (``graph.plan.Arena``), so that a larger use of it keeps the
+    pages touched before and faults only the new ones.  At least 64 times ``nbytes``
+    and 256 MiB, at most a quarter of the memory; None where Linux counts address
+    space as memory (``vm.overcommit_memory`` 2), or without ``mmap``'s flags."""
+    import mmap
+
+    try:
+        with open("/proc/sys/vm/overcommit_memory", encoding="ascii") as f:
+            if f.read().strip() == "2":
+                return None
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        return None
+    capacity = max(nbytes, min(max(64 * nbytes, 256 << 20), total // 4))
+    capacity += -capacity % HUGE
+    if not hasattr(mmap, "MAP_PRIVATE") or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return None
+    try:
+        m = mmap.mmap(-1, capacity + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, OverflowError):
+        return None
+    return _advised(m, capacity)
 
 
 def huge_zeros(nbytes: int) -> np.ndarray:
