@@ -383,7 +383,7 @@ def _mark(node, inside, threads, nested=True):
         node = insert_mark(band, "parallel").parent().parent()
         inside = True
     if node.get_type() == isl.schedule_node_type.band and not inside:
-        m = _first_coincident(node)
+        m = _first_coincident(node, threads)
         if m is not None:
             symbolic = _symbolic_member(node, m)
             if m > 0:
@@ -421,13 +421,17 @@ def _symbolic_member(node, m: int) -> bool:
     return not (lo.is_int() and hi.is_int())
 
 
-def _first_coincident(node) -> int | None:
+def _first_coincident(node, threads: int = 1) -> int | None:
     """The band's outermost coincident member that takes more than one value.  isl makes
     no loop of one that takes a single value, so a mark on it parallelises nothing, and
     the bands below get none: when every coincident member is such and the band's child
     is a band (the tile loops of a contraction under a batch of one), None, and the
     child is marked instead; otherwise the outermost coincident member (a row program
-    of one row keeps its mark, and its temporaries are contracted), or None."""
+    of one row keeps its mark, and its temporaries are contracted), or None.  A member
+    of a few consecutive values (not tiles, whose heights the tiler balances already)
+    that ``threads`` share unevenly (a batch of 3 on 2 threads: one runs two, the other
+    waits) gives way to a later one of a fixed count they share evenly, or of many
+    values (``_balanced``)."""
     found = [m for m in range(node.band_n_member()) if node.band_member_get_coincident(m)]
     try:
         sched = node.band_get_partial_schedule().intersect_domain(node.get_domain())
@@ -447,10 +451,33 @@ def _first_coincident(node) -> int | None:
             fixed = [m2 for m2, lo2, hi2 in varying[1:] if lo2.is_int() and hi2.is_int()]
             if fixed:
                 return fixed[0]
+        elif threads > 1 and _values(sched, m) == hi.to_python() - lo.to_python() + 1 \
+                and not _balanced(_values(sched, m), threads):
+            even = [m2 for m2, lo2, hi2 in varying[1:] if lo2.is_int() and hi2.is_int() and
+                    _balanced(_values(sched, m2), threads)]
+            if even:
+                return even[0]
         return m
     chain = node.n_children() == 1 and \
         node.child(0).get_type() == isl.schedule_node_type.band
     return None if chain or not found else found[0]
+
+
+def _values(sched, m: int) -> int | None:
+    """How many values member ``m`` of the band schedule ``sched`` takes (None: not
+    known)."""
+    try:
+        values = isl.UnionMap.from_union_pw_aff(sched.get_union_pw_aff(m)).range()
+        n = isl.Set.from_union_set(values).count_val()
+    except isl.Error:
+        return None
+    return n.to_python() if n.is_int() else None
+
+
+def _balanced(n: int | None, threads: int) -> bool:
+    """Whether ``n`` iterations share well among ``threads``: evenly, or at least 8 a
+    thread (the last round's idle threads then wait a small part of the time)."""
+    return n is None or n % threads == 0 or n >= 8 * threads
 
 
 def insert_mark(node, kind: str):
