@@ -2,6 +2,7 @@
 
     python benchmarks/bench_cpu.py [--only name,name] [--repeats N] [--tune-budget SECONDS]
                                    [--quick] [--in-process] [--targets c,opencl]
+                                   [--isa avx2|sse]
 
 One table: per kernel the median milliseconds of one whole call (inputs ready, output
 allocated by the callee) of polytc with default options, polytc after ``polytc.autotune``
@@ -30,6 +31,11 @@ each in a worker of its own, interleaved with the rest: the same TC and options 
 ``Kernel.to(target)``, timed as the whole call (numpy in, numpy out: upload, launches,
 download) and as ``CompiledKernel.benchmark()`` (the launches alone, data in place; for
 C the function alone).  A second table gives these times and each target's over C's.
+
+``--isa avx2`` (or ``sse``) holds every library to a narrower vector ISA than the host's
+(``ISAS``: polytc's ``POLYTC_ISA``, OpenBLAS's core type, PyTorch's CPU capability and
+oneDNN's ISA; onnxruntime has no such switch and is left out) and measures the peak at
+that width: an AVX2 machine's figures on an AVX-512 one.
 """
 from __future__ import annotations
 
@@ -529,9 +535,20 @@ def tuned_kernel(polytc, k, arrays, budget):
 short = common.short
 
 
+#: ``--isa``: the environment that narrows each library's vector ISA (onnxruntime has no
+#: such switch: it is left out)
+ISAS = {"avx2": {"POLYTC_ISA": "avx2", "OPENBLAS_CORETYPE": "Haswell",
+                 "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+        "sse": {"POLYTC_ISA": "sse", "OPENBLAS_CORETYPE": "Nehalem",
+                "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"}}
+NARROW_FLAGS = {"avx2": ["-mno-avx512f"], "sse": ["-mno-avx"]}  # peak.c's
+
+
 def init_family(family, threads) -> str:
     """Import a family's library and set its thread count; its version.  ImportError
-    when it is not installed."""
+    when it is not installed (or, under ``--isa``, cannot be narrowed)."""
+    if family == "ort" and os.environ.get("POLYTC_ISA"):
+        raise ImportError("onnxruntime cannot be held to a narrower ISA (--isa)")
     target = accel_target(family)
     if target is not None:
         return init_target(target, threads)
@@ -1148,8 +1165,16 @@ def main(argv=None):
     ap.add_argument("--no-single", action="store_true",
                     help="no 1T columns (polytc and the best of numpy, torch and ort, each "
                          "on one thread, timed in workers of their own)")
+    ap.add_argument("--isa", choices=list(ISAS), default=None,
+                    help="hold every library to a narrower vector ISA than the host's "
+                         "(polytc: POLYTC_ISA; numpy: OPENBLAS_CORETYPE; torch: "
+                         "ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA; onnxruntime left "
+                         "out), and measure the peak at that width: an AVX2 machine's "
+                         "figures on an AVX-512 one")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = ap.parse_args(argv)
+    if args.isa:  # before any worker starts (they inherit it) or polytc reads the CPU
+        os.environ.update(ISAS[args.isa])
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     bad = [t for t in targets if t != "c" and t not in ACCEL_TARGETS]
     if bad:
@@ -1238,7 +1263,8 @@ def report(args, chosen, threads, workers, versions, missing, notes):
         if v:
             vers.append(f"{lib} {v}")
         elif family in missing:
-            vers.append(f"{lib} not installed")
+            vers.append(f"{lib} left out (--isa)" if family == "ort" and args.isa
+                        else f"{lib} not installed")
         else:
             vers.append(f"{lib} failed to import")
     for t in args.targets[1:]:
@@ -1251,9 +1277,10 @@ def report(args, chosen, threads, workers, versions, missing, notes):
                                     else "failed to start"))
 
     load0 = common.load_average()
-    peak = common.measure_peak(threads)
+    peak = common.measure_peak(threads, narrow=NARROW_FLAGS.get(args.isa, []))
     nthr = f"{threads} thread{'s' if threads != 1 else ''}"
-    print(f"polytc CPU benchmark: {common.cpu_model()}, {nthr} for every library")
+    print(f"polytc CPU benchmark: {common.cpu_model()}, {nthr} for every library"
+          + (f", held to {args.isa} (--isa)" if args.isa else ""))
     if peak and "gflops" in peak:
         print(f"fp32 peak (benchmarks/peak.c, {peak['vector_bits']}-bit FMA x "
               f"{peak['chains']} chains x {nthr}): "

@@ -246,17 +246,20 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def measure_peak(threads: int | None = None, cc: str | None = None) -> dict | None:
+def measure_peak(threads: int | None = None, cc: str | None = None,
+                 narrow: list | None = None) -> dict | None:
     """The fp32 FMA peak from ``peak.c`` (compiled in a temporary directory and run on
-    ``threads`` OpenMP threads): a dict with ``gflops``, ``threads``, ``vector_bits``,
-    ``chains``; None (with the reason in ``error``) when it cannot be built or run."""
+    ``threads`` OpenMP threads; ``narrow``: gcc flags that leave wider vectors out): a
+    dict with ``gflops``, ``threads``, ``vector_bits``, ``chains``; None (with the
+    reason in ``error``) when it cannot be built or run."""
     cc = cc or os.environ.get("POLYTC_CC", "gcc")
     if shutil.which(cc) is None:
         return {"error": f"no C compiler {cc!r}"}
     tmp = tempfile.mkdtemp(prefix="polytc-peak-")
     try:
         exe = os.path.join(tmp, "peak")
-        flags = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"]
+        flags = ["-O3", "-march=native", "-fopenmp"] + \
+            (list(narrow) if narrow else ["-mprefer-vector-width=512"])
         r = subprocess.run([cc, *flags, os.path.join(HERE, "peak.c"), "-o", exe],
                            capture_output=True, text=True)
         if r.returncode:

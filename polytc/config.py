@@ -7,6 +7,9 @@
                         stderr; 3 also let internal exceptions through with tracebacks
 ``POLYTC_CC``           the C compiler (default ``gcc``)
 ``POLYTC_CFLAGS``       extra flags appended to the C compiler's command line
+``POLYTC_ISA``          build for a narrower vector ISA than the host's: ``avx2`` (256-bit
+                        vectors, 16 registers) or ``sse`` (128-bit); ``native`` or unset:
+                        the host's own (machine.py)
 ``POLYTC_NUM_THREADS``  OpenMP threads for kernels (default: ``OMP_NUM_THREADS`` or all)
 ``POLYTC_ADAPTIVE_THREADS`` ``0``: a model's runs always use all threads (default: one
                         thread while that is faster, a busy machine; graph/governor.py)
@@ -61,6 +64,12 @@ def debug_level() -> int:
         return int(os.environ.get("POLYTC_DEBUG", "0"))
     except ValueError:
         return 0
+
+
+def isa() -> str:
+    """``POLYTC_ISA``, lower case; '' for the host's own."""
+    v = os.environ.get("POLYTC_ISA", "").strip().lower()
+    return "" if v == "native" else v
 
 
 def c_compiler() -> str:

@@ -73,9 +73,41 @@ def _cpu_flags() -> set:
     return set()
 
 
+#: the vector ISAs ``POLYTC_ISA`` narrows the host to: the CPU flags each leaves out (by
+#: prefix) and the C compiler's flags that leave them out of ``-march=native``
+NARROWER = {"avx512": ((), ()), "avx2": (("avx512",), ("-mno-avx512f",)),
+            "sse": (("avx", "fma"), ("-mno-avx",))}
+
+
+def _narrowed(flags: set) -> set:
+    """The CPU's ``flags`` less those ``POLYTC_ISA`` leaves out."""
+    from . import config
+    from .diagnostics import UnsupportedError
+
+    isa = config.isa()
+    if not isa:
+        return flags
+    if isa not in NARROWER:
+        raise UnsupportedError(f"POLYTC_ISA={isa!r} is no vector ISA polytc builds for",
+                               hint=f"one of native, {', '.join(NARROWER)}")
+    if isa == "avx512" and "avx512f" not in flags and flags:
+        raise UnsupportedError("POLYTC_ISA=avx512: this CPU has no AVX-512",
+                               hint="unset POLYTC_ISA, or name a narrower one")
+    return {f for f in flags if not f.startswith(NARROWER[isa][0])}
+
+
+def isa_cflags() -> list:
+    """The C compiler's flags for ``POLYTC_ISA`` (after ``-march=native``)."""
+    from . import config
+
+    return list(NARROWER.get(config.isa(), ((), ()))[1])
+
+
 @functools.lru_cache(maxsize=None)
 def host() -> Machine:
-    flags = _cpu_flags()
+    """The machine the kernels are built for: this one, its vector ISA narrowed by
+    ``POLYTC_ISA`` (read once)."""
+    flags = _narrowed(_cpu_flags())
     if "avx512f" in flags:
         vbytes, regs = 64, 32
         dot = "avx512_vnni" in flags

@@ -437,3 +437,53 @@ def test_thread_count_from_the_environment_keys_the_kernel(monkeypatch):
         if _pin_openmp() is not None:
             assert _pin_openmp().omp_get_max_threads() == int(n)
     assert kernels[0] is not kernels[1] and "num_threads" not in kernels[0].code
+
+
+@pytest.fixture
+def narrowed(monkeypatch):
+    """``POLYTC_ISA`` set for one test: the machine read again, and again after it."""
+    from polytc import machine
+
+    def narrow(isa):
+        monkeypatch.setenv("POLYTC_ISA", isa)
+        machine.host.cache_clear()
+        return machine.host()
+
+    yield narrow
+    monkeypatch.delenv("POLYTC_ISA", raising=False)
+    machine.host.cache_clear()
+
+
+def test_a_narrower_isa_builds_narrower_vectors_and_keys_the_kernel(narrowed):
+    """``POLYTC_ISA=avx2`` on an AVX-512 host: 256-bit vectors in 16 registers, gcc told
+    to leave AVX-512 out, and a kernel of its own in the cache (the same program, sizes
+    and options were built for the host's ISA first).  The result is the same."""
+    import numpy as np
+
+    import polytc
+    from polytc.backends import c as cback
+    from polytc.machine import _cpu_flags, host
+
+    if not {"avx2", "fma"} <= _cpu_flags():
+        pytest.skip("no AVX2 on this CPU")
+    src = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(i, j) +=! A(i, k) * B(k, j) }"
+    rng = np.random.default_rng(0)
+    A, B = rng.random((96, 80), np.float32), rng.random((80, 112), np.float32)
+    native = polytc.tc(src).specialize(A, B)
+    key = cback.BACKEND.key("x", {}, polytc.Options())
+    m = narrowed("avx2")
+    assert (m.vector_bytes, m.vector_registers) == (32, 16) and m.lanes(4) == 8
+    assert "-mno-avx512f" in polytc.codegen_c.compiler.default_flags()
+    assert cback.BACKEND.key("x", {}, polytc.Options()) != key
+    ck = polytc.tc(src).specialize(A, B)
+    assert ck is not native and "vector_size(64)" not in ck.code
+    np.testing.assert_allclose(ck.run([A, B]), A @ B, rtol=1e-5)
+    assert host().vector_bytes == 32
+
+
+def test_an_unknown_isa_is_a_clear_error(narrowed):
+    from polytc.diagnostics import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="(?s)POLYTC_ISA='avx3' is no vector ISA.*"
+                                               "one of native, avx512, avx2, sse"):
+        narrowed("avx3")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import config
 from ..codegen_c.cexpr import PRELUDE
-from ..codegen_c.compiler import build_shared_object, warm_probes
+from ..codegen_c.compiler import build_facts, build_shared_object, warm_probes
 from ..codegen_c.emit import CEmitter
 from ..codegen_c.pack import packs_of
 from ..tiling.extents import statement_points
@@ -35,8 +35,9 @@ class C(Backend):
         warm_probes(then=executor)  # and the plans' executor
 
     def cache_facts(self) -> dict:
-        # the thread count from the environment shapes the parallel loops and tiles
-        return {"threads": config.num_threads()}
+        # the thread count from the environment shapes the parallel loops and tiles; the
+        # CPU, its ISA and the compiler, the binary
+        return {"threads": config.num_threads(), **build_facts()}
 
     def generate(self, b):
         decisions = tuple(b.tiling)

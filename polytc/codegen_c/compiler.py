@@ -8,6 +8,7 @@ Flags keep IEEE semantics: no ``-ffast-math``.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import config
 from ..diagnostics import CompilationError, InternalError
 from ..cache import DiskCache, cache_key
-from ..machine import cpu_description, host
+from ..machine import cpu_description, host, isa_cflags
 from .cexpr import PRELUDE
 
 __all__ = ["compiler_identity", "default_flags", "build_shared_object"]
@@ -144,6 +145,19 @@ def _host_stamp() -> list:
     return stamp + [hashlib.sha256(cpu_description().encode()).hexdigest()]
 
 
+def build_facts() -> dict:
+    """What a kernel's binary depends on besides its source, without running the
+    compiler: the compiler binary and the CPU (``_host_stamp``), the machine the tiles
+    were sized for, and the flags ``POLYTC_ISA`` and ``POLYTC_CFLAGS`` add (a kernel
+    cached on another CPU, or for another ISA, is built again, not served)."""
+    return _facts(tuple(_cc()), tuple(isa_cflags() + config.extra_cflags()))
+
+
+@functools.lru_cache(maxsize=16)
+def _facts(cc: tuple, extra: tuple) -> dict:
+    return {"host": _host_stamp(), "machine": host().key(), "cflags": list(extra)}
+
+
 def compiler_identity() -> str:
     """First line of ``<cc> --version`` and ``<cc> -dumpmachine``; remembered per
     compiler (``_remembered``)."""
@@ -181,7 +195,7 @@ def default_flags() -> list[str]:
     ``-fopenmp`` (and ``-march=native``) are dropped, with a log line, if a test compile
     shows the compiler does not support them."""
     cc = _cc()
-    extra = config.extra_cflags()
+    extra = isa_cflags() + config.extra_cflags()
 
     def probe():
         compiler_identity()  # a missing compiler is reported as such
