@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import config
 from ..cache import DiskCache, cache_key
+from ..machine import host
 from . import passes, qwords
 from .onnx_import import import_model
 
@@ -82,7 +83,8 @@ def _key(model, disable) -> str | None:
     return cache_key(kind="onnx-graph", path=os.path.realpath(path), size=st.st_size,
                      inode=st.st_ino, device=st.st_dev, mtime=st.st_mtime_ns,
                      ctime=st.st_ctime_ns, disable=sorted(disable),
-                     words=qwords.words_enabled())  # (the passes' one machine choice)
+                     words=qwords.words_enabled(),  # (the passes' machine choices:
+                     lanes=host().lanes(4))  # blocked channels are a vector's floats)
 
 
 def _files(graph, stages) -> dict:
