@@ -1217,3 +1217,16 @@ def test_a_reordered_reduction_is_never_a_parallel_loop():
     for _ in range(20):
         np.testing.assert_allclose(k(A, B), (B[1:4, 0, 0:3] - A[0, 0, :, None, None]).max(),
                                    rtol=1e-6)
+
+
+def test_channel_lane_tiles_keep_to_sixteen_registers():
+    """Lanes over 64 output channels of a 56 wide image in 256-bit vectors (AVX2, 16
+    registers): at most 12 accumulators (8 rows of 2 vectors took all 16 registers and
+    spilled); with 32 registers the default tile's 16 stay."""
+    from polytc.tiling.sizes import Sizes, _strided_sizes
+
+    avx2 = _strided_sizes(Sizes((56, 64, 64), (8, 16)), 56, 64, 576, 8, 2, 9, 4, 1 << 20, 16)
+    mr, nr = avx2.register
+    assert mr * nr // 8 <= 12
+    wide = _strided_sizes(Sizes((56, 64, 64), (8, 16)), 56, 64, 576, 8, 2, 9, 4, 1 << 20, 32)
+    assert wide.register == (8, 16)

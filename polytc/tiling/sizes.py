@@ -188,7 +188,8 @@ def generic_rows(mr: int, nr: int, tk: int, ext_j: int, itemsize: int, m: Machin
 
 
 def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
-                   cores: int, rest: int = 1, itemsize: int = 4, l2: int = 0) -> Sizes:
+                   cores: int, rest: int = 1, itemsize: int = 4, l2: int = 0,
+                   registers: int = 32) -> Sizes:
     """Sizes for a register tile whose lanes run over a strided index of the result (see
     ``Tiler.contraction``): ``i`` is short (an image row of 7, 14 or 28), so it is one
     cache tile, the cores share the ``j`` tiles instead (each packs its own part of the
@@ -203,7 +204,8 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
     convolution)."""
     mr0, nr0 = sz.register
     most = max(1, nr0 // lanes)
-    budget = mr0 * most
+    # (at most 12 accumulators in 16 registers: 8 x 2 vectors spilled on AVX2)
+    budget = mr0 * most if registers >= 32 else min(mr0 * most, 12)
     share = -(-ext_j // cores)
     # the most accumulators any candidate has: below half the budget a register tile
     # is latency-bound (512 -> 1000 channels of 13 x 13 with 1 x 48 ran at 90 GFLOP/s)

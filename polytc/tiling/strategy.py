@@ -364,7 +364,7 @@ class Tiler:
             rest = math.prod(ext[p_red + r] for r in range(len(red)) if r != k_big)
             sz = _strided_sizes(sz, ext[len(outer)], ext[p_red - 1], ext[p_red + k_big],
                                 self.machine.lanes(itemsize), self.machine.cores, rest,
-                                itemsize, self.machine.l2)
+                                itemsize, self.machine.l2, self.machine.vector_registers)
         if self.options.tile:
             sz = Sizes(tuple(self.options.tile), sz.register)
         if self.options.register_tile:
