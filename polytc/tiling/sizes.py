@@ -20,6 +20,12 @@ class Sizes:
 FEW_ROWS = 32
 
 
+def accumulators(m: Machine) -> int:
+    """The vector registers a register tile's accumulators may take: 24 of 32 (AVX-512),
+    12 of 16 (AVX2: 8 rows of 2 vectors spilled, mlp2 3.60 -> 2.36 ms as 6 x 2)."""
+    return 24 if m.vector_registers >= 32 else 12
+
+
 def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
                  cores: int | None = None, per_call: bool = False) -> Sizes:
     """Register tile from the vector registers, cache tiles from L1/L2.  ``cores``: how
@@ -44,6 +50,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
     rather than once per tile of rows by each core."""
     lanes = m.lanes(itemsize)
     nvec = 4 if m.vector_registers >= 32 else 2
+    acc = accumulators(m)
     nr = lanes * nvec
     mr = 6
     if ext_j < nr and ext_j >= lanes:
@@ -55,7 +62,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         whole = packed or -(-ext_j // lanes) > 2
         nvec = ext_j // lanes if whole else -(-ext_j // lanes)
         nr = lanes * nvec
-        mr = min(8, 24 // nvec)
+        mr = min(8, acc // nvec)
     elif ext_j < nr:
         nr = max(1, ext_j)
     elif -(-ext_j // nr) * nr - ext_j > ext_j // 10:
@@ -68,7 +75,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         nvec = min(range(1, min(nvec, 3) + 1),
                    key=lambda v: (-(-ext_j // (v * lanes)) * v * (1 + 1 / (4 * v)), -v))
         nr = lanes * nvec
-        mr = min(8, 24 // nvec)
+        mr = min(8, acc // nvec)
     mr = max(1, min(mr, ext_i))
     if packed and ext_i == 1:
         # a matrix-vector product: a panel is read once, by one row, so it need not
@@ -111,7 +118,10 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             # 305-330 -> 142-144 us; BERT's 64-row tiles of its projections: isl's AST
             # 28.6 -> 12.6 ms a group, the model's cold compile 1.15-1.19 -> 1.01-1.05
             # s, the run times of BERT, the transformer, MLP, LSTM and GRU within 1%)
-            mr = next((r for r in (8, 4) if ti % r == 0 and r * -(-nr // lanes) <= 24), mr)
+            # (more accumulators than FMAs in flight, 8: a 4 x 2 vector tile on AVX2
+            # was slower than 6 x 2 and a partial one, mlp2's 2.68 against 2.36 ms)
+            mr = next((r for r in (8, 4) if ti % r == 0 and
+                       8 < r * -(-nr // lanes) <= acc), mr)
         tj = nr * max(1, min(8, -(-ext_j // nr)))
         if ti * min(tj, ext_j) * itemsize > m.l2 // 4:
             # the C block leaves L2, so the C tile's loads and stores at every Tk step go
