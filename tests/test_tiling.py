@@ -1239,13 +1239,19 @@ def test_register_tiles_keep_to_sixteen_registers():
 
 
 def test_channel_lane_tiles_keep_to_sixteen_registers():
-    """Lanes over 64 output channels of a 56 wide image in 256-bit vectors (AVX2, 16
-    registers): at most 12 accumulators (8 rows of 2 vectors took all 16 registers and
-    spilled); with 32 registers the default tile's 16 stay."""
+    """Lanes over 64 output channels of images 13, 27 and 56 wide in 256-bit vectors
+    (AVX2, 16 registers): the accumulators, the operand's vectors and a broadcast fit
+    (8 rows of 2 vectors spilled), at least 6 of them (13 rows had taken 1 x 2
+    vectors, 8x slower), two vectors where their rows divide the image's (55 wide: 5 x
+    2, 393 -> 243 us); with 32 registers the default tile's 16 stay."""
     from polytc.tiling.sizes import Sizes, _strided_sizes
 
-    avx2 = _strided_sizes(Sizes((56, 64, 64), (8, 16)), 56, 64, 576, 8, 2, 9, 4, 1 << 20, 16)
-    mr, nr = avx2.register
-    assert mr * nr // 8 <= 12
+    assert _strided_sizes(Sizes((55, 64, 64), (8, 16)), 55, 64, 576, 8, 2, 9, 4, 1 << 20,
+                          16).register == (5, 16)
+    for rows in (13, 27, 56):  # the accumulators, the operand's vectors, a broadcast
+        avx2 = _strided_sizes(Sizes((rows, 64, 64), (8, 16)), rows, 64, 576, 8, 2, 9, 4,
+                              1 << 20, 16)
+        mr, nr = avx2.register
+        assert mr * (nr // 8) + nr // 8 + 1 <= 16 and mr * (nr // 8) >= 6
     wide = _strided_sizes(Sizes((56, 64, 64), (8, 16)), 56, 64, 576, 8, 2, 9, 4, 1 << 20, 32)
     assert wide.register == (8, 16)

@@ -214,8 +214,11 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
     convolution)."""
     mr0, nr0 = sz.register
     most = max(1, nr0 // lanes)
-    # (at most 12 accumulators in 16 registers: 8 x 2 vectors spilled on AVX2)
-    budget = mr0 * most if registers >= 32 else min(mr0 * most, 12)
+    budget = mr0 * most
+    if registers < 32:  # what 16 registers hold besides the tile's operand vectors and
+        # its broadcast: 14 rows of one vector, 6 of two (8 x 2 spilled on AVX2; 13
+        # rows of a 13 x 13 image had taken 1 x 2 vectors, latency-bound, 8x slower)
+        budget = registers - 2
     share = -(-ext_j // cores)
     # the most accumulators any candidate has: below half the budget a register tile
     # is latency-bound (512 -> 1000 channels of 13 x 13 with 1 x 48 ran at 90 GFLOP/s)
@@ -224,7 +227,8 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
         # vectors: 0.146 -> 0.110 ms against 3 x 4; 55 x 55 as 11 x 2 was 14% slower
         # than 5 x 4 at batch 64)
         wide = nvec == 2 and all(ext_i % r for r in range(5, 9))
-        return min(14 if nvec == 1 else 12 if wide else 8, ext_i, budget // nvec)
+        fit = budget // nvec if registers >= 32 else (registers - nvec - 1) // nvec
+        return min(14 if nvec == 1 else 12 if wide else 8, ext_i, fit)
 
     most_acc = max(rows(v) * v for v in range(1, most + 1))
     best = None
@@ -241,9 +245,16 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
         for tj in sorted({_round_up(share, nr), nr}, reverse=True):
             for mr in range(rows(nvec), 0, -1):
                 work = -(-ext_i // mr) * mr * -(-ext_j // tj) * tj
-                key = (ext_j // tj < cores, ext_i % mr != 0,
-                       mr * nvec < min(budget // 2, most_acc), ext_j % tj != 0, work,
-                       -min(mr, 7), -mr * nvec)
+                if registers >= 32:
+                    key = (ext_j // tj < cores, ext_i % mr != 0,
+                           mr * nvec < min(budget // 2, most_acc), ext_j % tj != 0, work,
+                           -min(mr, 7), -mr * nvec)
+                else:  # 16 registers: 6 accumulators are enough, and two vectors (a
+                    # broadcast per two FMAs) beat one however many rows (AVX2 on a Zen
+                    # 5: 55 x 55 as 5 x 2 vectors 393 -> 243 us, 27 x 27 as 3 x 2 474 ->
+                    # 332; 13 x 13 stays 13 x 1: 6 x 2 leaves a partial tile)
+                    key = (ext_j // tj < cores, ext_i % mr != 0, mr * nvec < 6,
+                           ext_j % tj != 0, work, -nvec, -mr * nvec)
                 if best is None or key < best[0]:
                     best = (key, mr, nr, tj)
     _, mr, nr, tj = best
