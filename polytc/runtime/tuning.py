@@ -76,10 +76,11 @@ def bucket(env: dict, symbolic) -> dict:
 def tuning_key(program, env: dict, target: str = "c") -> str:
     """The cache key of ``program`` (a ``Program`` or its canonical text) at sizes
     ``env`` on this machine, for ``target`` (and its device)."""
+    parts = {"machine": host().key(), **_target_parts(target)}  # (the C target's
+    # facts hold the machine too)
     return cache_key(tuning=FORMAT_VERSION, program=_text(program),
                      sizes={str(k): int(v) for k, v in env.items()},
-                     dtypes=_dtypes(program), machine=host().key(),
-                     **_target_parts(target))
+                     dtypes=_dtypes(program), **parts)
 
 
 def _path(key: str) -> str:
