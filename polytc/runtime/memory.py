@@ -131,14 +131,6 @@ def reserve(nbytes: int) -> np.ndarray | None:
     return _advised(m, capacity)
 
 
-def huge_zeros(nbytes: int) -> np.ndarray:
-    """``huge_empty``, zeroed: a fresh mapping's pages are zeros until touched (a fill
-    would touch them all now), a smaller buffer from the heap is cleared."""
-    if nbytes < 2 * HUGE:
-        return aligned_zeros((max(nbytes, 1),), np.uint8)
-    return huge_empty(nbytes)
-
-
 def _huge_pages_cheap() -> bool:
     """Whether advised memory gets 2 MiB pages only when free ones exist: the THP
     ``defrag`` policy is ``defer`` or ``never`` (``always``, ``madvise`` and
