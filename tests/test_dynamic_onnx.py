@@ -244,3 +244,23 @@ def test_the_kernels_temporaries_start_with_anything():
     got = sess.run(None, feeds)
     for x, y in zip(got, want):
         np.testing.assert_array_equal(x, y)
+
+
+def test_an_arena_without_room_to_reserve_grows_by_new_buffers(monkeypatch):
+    """Where the address space cannot be reserved (a failed mapping: ``ulimit -v``), a
+    shared arena makes buffers as large as asked, grown twofold, as a plan's own."""
+    import mmap
+
+    from polytc.graph.plan import Arena
+    from polytc.runtime import memory
+
+    def refuse(*a, **k):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    assert memory.reserve(1 << 20) is None
+    arena = Arena(grow=True)
+    small = arena.take(0, 1000)
+    assert small.size == 1000 and arena.take(0, 1200).size >= 2000
+    big = arena.take(1, 8 << 20)  # (huge_empty's mapping refused too: plain memory)
+    assert big.size >= 8 << 20

@@ -79,13 +79,17 @@ def huge_empty(nbytes: int) -> np.ndarray:
     sessions' arenas ran its first batch-64 transformer 170 -> 300 ms; advised only
     while ``/proc/buddyinfo`` showed 6 GB of free 2 MiB blocks, a new batch of 64 cost
     48 -> 270 ms on a VM, cause not established).
-    Plain aligned memory below 4 MiB or without ``mmap``'s flags."""
+    Plain aligned memory below 4 MiB, without ``mmap``'s flags, or where the mapping
+    is refused."""
     import mmap
 
     if nbytes < 2 * HUGE or not hasattr(mmap, "MAP_PRIVATE") \
             or not hasattr(mmap, "MAP_ANONYMOUS"):
         return aligned_empty((max(nbytes, 1),), np.uint8, always=True)
-    m = mmap.mmap(-1, nbytes + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        m = mmap.mmap(-1, nbytes + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:  # (the address space limited: ``ulimit -v``) the heap's, if any
+        return aligned_empty((nbytes,), np.uint8, always=True)
     return _advised(m, nbytes)
 
 
