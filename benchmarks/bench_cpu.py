@@ -541,7 +541,6 @@ ISAS = {"avx2": {"POLYTC_ISA": "avx2", "OPENBLAS_CORETYPE": "Haswell",
                  "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
         "sse": {"POLYTC_ISA": "sse", "OPENBLAS_CORETYPE": "Nehalem",
                 "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"}}
-NARROW_FLAGS = {"avx2": ["-mno-avx512f"], "sse": ["-mno-avx"]}  # peak.c's
 
 
 def init_family(family, threads) -> str:
@@ -1277,7 +1276,10 @@ def report(args, chosen, threads, workers, versions, missing, notes):
                                     else "failed to start"))
 
     load0 = common.load_average()
-    peak = common.measure_peak(threads, narrow=NARROW_FLAGS.get(args.isa, []))
+    from polytc.machine import NARROWER  # (the gcc flags polytc narrows its own with)
+
+    peak = common.measure_peak(threads, narrow=list(NARROWER[args.isa][1]) if args.isa
+                               else [])
     nthr = f"{threads} thread{'s' if threads != 1 else ''}"
     print(f"polytc CPU benchmark: {common.cpu_model()}, {nthr} for every library"
           + (f", held to {args.isa} (--isa)" if args.isa else ""))

@@ -5,8 +5,9 @@
    Each OpenMP thread runs CHAINS independent multiply-add chains (acc = acc * a + b) on
    the widest vectors the target has (__m512 with AVX-512, __m256 with AVX2+FMA, else
    GCC vector extensions), 16 of them, or 12 with 16 vector registers; CHAINS exceeds
-   FMA latency x FMA ports on current x86 cores, so the loop is bound by FMA throughput.  One FMA = 2 flops per lane.  Prints the best
-   of several trials as one line:
+   FMA latency x FMA ports on current x86 cores, so the loop is bound by FMA
+   throughput.  One FMA = 2 flops per lane.  Prints the best of several trials as one
+   line:
 
        fp32_peak_gflops=<GFLOP/s> threads=<n> vector_bits=<bits> chains=<n>
 

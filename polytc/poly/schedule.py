@@ -451,8 +451,8 @@ def _first_coincident(node, threads: int = 1) -> int | None:
             fixed = [m2 for m2, lo2, hi2 in varying[1:] if lo2.is_int() and hi2.is_int()]
             if fixed:
                 return fixed[0]
-        elif threads > 1 and _values(sched, m) == hi.to_python() - lo.to_python() + 1 \
-                and not _balanced(_values(sched, m), threads):
+        elif threads > 1 and not _balanced(hi.to_python() - lo.to_python() + 1, threads) \
+                and _values(sched, m) == hi.to_python() - lo.to_python() + 1:
             even = [m2 for m2, lo2, hi2 in varying[1:] if lo2.is_int() and hi2.is_int() and
                     _balanced(_values(sched, m2), threads)]
             if even:

@@ -81,23 +81,22 @@ def huge_empty(nbytes: int) -> np.ndarray:
     48 -> 270 ms on a VM, cause not established).
     Plain aligned memory below 4 MiB, without ``mmap``'s flags, or where the mapping
     is refused."""
+    buf = _mapped(nbytes) if nbytes >= 2 * HUGE else None
+    return aligned_empty((max(nbytes, 1),), np.uint8, always=True) if buf is None else buf
+
+
+def _mapped(nbytes: int) -> np.ndarray | None:
+    """``nbytes`` of a private anonymous mapping from its first 2 MiB boundary, advised
+    into huge pages where that is cheap (``huge_empty``); None without ``mmap``'s flags
+    or where the mapping is refused (the address space limited: ``ulimit -v``)."""
     import mmap
 
-    if nbytes < 2 * HUGE or not hasattr(mmap, "MAP_PRIVATE") \
-            or not hasattr(mmap, "MAP_ANONYMOUS"):
-        return aligned_empty((max(nbytes, 1),), np.uint8, always=True)
+    if not hasattr(mmap, "MAP_PRIVATE") or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return None
     try:
         m = mmap.mmap(-1, nbytes + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except OSError:  # (the address space limited: ``ulimit -v``) the heap's, if any
-        return aligned_empty((nbytes,), np.uint8, always=True)
-    return _advised(m, nbytes)
-
-
-def _advised(m, nbytes: int) -> np.ndarray:
-    """``nbytes`` of the mapping ``m`` from its first 2 MiB boundary, advised into huge
-    pages where that is cheap (``huge_empty``)."""
-    import mmap
-
+    except (OSError, OverflowError):
+        return None
     buf = np.frombuffer(m, np.uint8)
     off = (-buf.ctypes.data) % HUGE
     if _huge_pages_cheap() and hasattr(mmap, "MADV_HUGEPAGE"):
@@ -114,9 +113,7 @@ def reserve(nbytes: int) -> np.ndarray | None:
     to grow in place (``graph.plan.Arena``), so that a larger use of it keeps the
     pages touched before and faults only the new ones.  At least 64 times ``nbytes``
     and 256 MiB, at most a quarter of the memory; None where Linux counts address
-    space as memory (``vm.overcommit_memory`` 2), or without ``mmap``'s flags."""
-    import mmap
-
+    space as memory (``vm.overcommit_memory`` 2), or no mapping is made."""
     try:
         with open("/proc/sys/vm/overcommit_memory", encoding="ascii") as f:
             if f.read().strip() == "2":
@@ -125,14 +122,7 @@ def reserve(nbytes: int) -> np.ndarray | None:
     except (OSError, ValueError):
         return None
     capacity = max(nbytes, min(max(64 * nbytes, 256 << 20), total // 4))
-    capacity += -capacity % HUGE
-    if not hasattr(mmap, "MAP_PRIVATE") or not hasattr(mmap, "MAP_ANONYMOUS"):
-        return None
-    try:
-        m = mmap.mmap(-1, capacity + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except (OSError, OverflowError):
-        return None
-    return _advised(m, capacity)
+    return _mapped(capacity + -capacity % HUGE)
 
 
 def _huge_pages_cheap() -> bool:

@@ -215,10 +215,6 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
     mr0, nr0 = sz.register
     most = max(1, nr0 // lanes)
     budget = mr0 * most
-    if registers < 32:  # what 16 registers hold besides the tile's operand vectors and
-        # its broadcast: 14 rows of one vector, 6 of two (8 x 2 spilled on AVX2; 13
-        # rows of a 13 x 13 image had taken 1 x 2 vectors, latency-bound, 8x slower)
-        budget = registers - 2
     share = -(-ext_j // cores)
     # the most accumulators any candidate has: below half the budget a register tile
     # is latency-bound (512 -> 1000 channels of 13 x 13 with 1 x 48 ran at 90 GFLOP/s)
@@ -227,6 +223,8 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
         # vectors: 0.146 -> 0.110 ms against 3 x 4; 55 x 55 as 11 x 2 was 14% slower
         # than 5 x 4 at batch 64)
         wide = nvec == 2 and all(ext_i % r for r in range(5, 9))
+        # (16 registers: what they hold besides the operand's vectors and a broadcast,
+        # 14 rows of one vector, 6 of two: 8 x 2 spilled on AVX2)
         fit = budget // nvec if registers >= 32 else (registers - nvec - 1) // nvec
         return min(14 if nvec == 1 else 12 if wide else 8, ext_i, fit)
 
