@@ -67,15 +67,25 @@ def test_the_packed_operand_is_not_prefetched():
 
 
 @pytest.mark.parametrize("h,w", [(24, 56), (13, 24)])
-def test_a_channel_lane_tiles_residual_is_prefetched_for_the_next_tile(h, w):
+def test_a_channel_lane_tiles_residual_is_prefetched_while_it_computes(h, w):
     """Lanes over 32 filters with the result's stride: the epilogue reads the residual
-    at 32 planes; each lane asks for the next tile's first and last pixels."""
+    at 32 planes.  The tile asks for its own first and last pixels of them, a few
+    lanes per step of its outermost reduction loop (3 steps over the kernel's rows: 11
+    lanes each), on the last reduction tile, before the loops inside it."""
     ck = check(PADCONV, [(2, 32, h, w), (64, 32, 3, 3), (2, 64, h, w)],
                ONE.replace(constants=("K",)), rtol=1e-3, atol=1e-3)
     if "pt_t[pt_l" not in ck.code:
         pytest.skip("no channel-lane register tiles on this machine")
-    ahead = re.findall(r"__builtin_prefetch\(&R\[[^;]*\(c8 \+ (\d+)L\)+\]\);", ck.code)
-    assert ahead == ["8", "15"], ck.code[ck.code.find("pt_t[pt_l"):][:2000]
+    ahead = re.findall(r"__builtin_prefetch\(&R\[[^;]*\(c8 \+ \((\d+)L\)\)+\]\);", ck.code)
+    rows = int(re.search(r"for \(long c8 = 0L; c8 <= \d+L; c8 \+= (\d+)L\)", ck.code)[1])
+    assert ahead == ["0", str(rows - 1)], ck.code
+    spread = re.search(r"for \(long pt_l = \((c\d+) - 0L\) \* (\d+)L; pt_l < PT_MIN\(\(\(\1 - 0L\) "
+                       r"\+ 1\) \* \2L, 32L\); pt_l \+= 1\)", ck.code)
+    assert spread, ck.code
+    loop = re.search(rf"for \(long {spread[1]} = 0L; {spread[1]} <= (\d+)L;", ck.code)
+    assert int(spread[2]) * (int(loop[1]) + 1) >= 32  # every lane
+    assert loop.start() < spread.start() and \
+        "for (" not in ck.code[ck.code.find("\n", loop.start()) + 1:spread.start()]
 
 
 def test_tensors_in_the_last_level_cache_are_not_prefetched(monkeypatch):

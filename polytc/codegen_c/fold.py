@@ -80,7 +80,7 @@ class Fold:
         code = c.Statement(statement_code(self.epi, printer).rstrip(";"))
         return em.simd_loop(header, code) if header else [code]
 
-    def prefetches(self, em, vars: dict, now: dict) -> list:
+    def prefetches(self, em, vars: dict, now: dict, beyond: int | None = None) -> list:
         """``__builtin_prefetch`` of the elements the epilogue reads from other tensors
         at the contraction's element ``vars`` (C text per index), those that differ from
         the ones it reads at ``now``: a register tile's epilogue asks for the next
@@ -93,7 +93,7 @@ class Fold:
             printer = em.printer(self.epi, ev)
             return [printer.element(r.tensor, [printer.sub(s) for s in r.indices])
                     for r in P.reads(self.epi.stmt.rhs)
-                    if r.tensor != self.sst.stmt.tensor and from_memory(em, r.tensor)]
+                    if r.tensor != self.sst.stmt.tensor and from_memory(em, r.tensor, beyond)]
 
         seen = set(addresses(now))
         out = []

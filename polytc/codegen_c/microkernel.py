@@ -36,7 +36,7 @@ from ..machine import host
 from ..tiling.pack import unit_stride
 from .cexpr import target_code
 from .pack import PackPrinter
-from .prefetch import next_tile, streamed
+from .prefetch import during, streamed
 
 _OPS = ("+", "-", "*")
 _OP = isl.ast_expr_op_type
@@ -371,8 +371,13 @@ def micro_kernel(em, loops, items):
     if masked:
         em.masked_types.add((ctype, part_lanes, itemsize))
     nest = [c.Statement(d) for d in loads] + [c.Statement(a) for a in ahead] + body
-    for lp in reversed(loops):
-        nest = [c.For(*em.for_header(lp)[1], c.Block(nest))]
+    # the epilogue's reads of other tensors, asked for while the tile computes
+    spread = during(em, _row_loop(strided), len(strided),
+                    (em.for_header(loops[0])[0], *const_bounds(loops[0])), nvec * lanes,
+                    strided[0].ends[1]) if strided and strided[0].fold is not None and loops else []
+    for k, lp in enumerate(reversed(loops)):
+        nest = [c.For(*em.for_header(lp)[1], c.Block(
+            (spread if k == len(loops) - 1 else []) + nest))]
     if direct:  # ``ends`` is the same for every row: they share the loops
         epi.append(c.If(ends[1], c.Block(direct + post), c.Block(stores)))
     elif post:
@@ -482,7 +487,7 @@ def strided_tile(em, rows: list, ctype: str, vtype: str, lanes: int, nvec: int):
         # as it is stored (a loop per row after the tile's stores, over its lanes with
         # the result's stride, took gcc 2.5x the time: each was vectorised)
         stored = c.If(rows[0].ends[1], c.For(*lanes_loop, c.Block(
-            [scalar] + next_tile(em, _row_loop(rows), len(rows)) + per_lane(epilogue))), stored)
+            [scalar] + per_lane(epilogue))), stored)
     out.append(stored)
     return fill, [c.Block(out)]
 

@@ -1,11 +1,11 @@
 """Software prefetches in register tiles, for data with more streams than the hardware
 prefetchers follow, from memory: the next tile's part of an operand that a tile reads
 a row per reduction step (``streamed``), of what a channel-lane tile's folded
-epilogue reads across as many planes as the tile has lanes (``next_tile``), and the
+epilogue reads across as many planes as the tile has lanes (``during``), and the
 range of a tensor that the next iteration copies into a contracted buffer, while this
 one computes from it (``cursors``, ``steps``).  Only for tensors larger than the
-last-level cache (``from_memory``): from L3 their lines come soon enough, and each
-prefetch is an instruction more.  A prefetch changes no result and
+last-level cache (``from_memory``; the epilogue's, than L2): from L3 their lines come
+soon enough, and each prefetch is an instruction more.  A prefetch changes no result and
 never faults, even at an address past an array's end (the last tile's next one)."""
 from __future__ import annotations
 
@@ -48,39 +48,26 @@ def streamed(em, sst, printer, reads: set, lane: str, nxt: int, vectors, lanes: 
     return out
 
 
-def from_memory(em, tensor: str) -> bool:
-    """Whether ``tensor`` is larger than the last-level cache (so that its lines come
-    from memory, where prefetching pays; from L3 they come soon enough, and a
-    prefetch is an instruction more per step: SqueezeNet at batch 1 2% slower with
-    them), of sizes known at compile time, not a contracted temporary."""
+def from_memory(em, tensor: str, beyond: int | None = None) -> bool:
+    """Whether ``tensor`` is larger than the last-level cache, or than ``beyond`` bytes
+    (so that its lines come from memory, where prefetching pays; from L3 they come
+    soon enough, and a prefetch is an instruction more per step: SqueezeNet at batch 1
+    2% slower with them), of sizes known at compile time, not a contracted
+    temporary."""
     n = em.scop.program.tensor(tensor).dtype.np_dtype.itemsize
     for e in em.shapes.get(tensor, ("?",)):
         if not isinstance(e, int):
             return False
         n *= e
-    return tensor not in em.locals and n > _last_level()
+    return tensor not in em.locals and n > (_last_level() if beyond is None else beyond)
 
 
 def _last_level() -> int:
     return host().l3
 
 
-def next_tile(em, loop, n: int) -> list:
-    """Prefetches, for the lane ``pt_l``, of what the folded epilogue reads from other
-    tensors at the next tile's first and last rows, for a tile of ``n`` consecutive
-    rows (``loop``: its rows as one over ``pt_r``, ``microkernel._row_loop``; None:
-    they are not).  Lanes with the result's stride read a line of each of as many
-    planes (a residual add over 32 channels of a 56 x 56 image: 32 streams), more than
-    the hardware prefetchers follow: ResNet-18's residual 3x3 convolutions at batch 64
-    read them from memory at each tile, 34.7 -> 31.4 ms with the prefetch."""
-    if loop is None:
-        return []
-    now = {k: re.sub(r"\bpt_r\b", "0L", x) for k, x in loop.at.items()}
-    out: list = []
-    for row in (n, 2 * n - 1):
-        at = {k: re.sub(r"\bpt_r\b", f"{row}L", x) for k, x in loop.at.items()}
-        out += [s for s in loop.fold.prefetches(em, at, now) if str(s) not in map(str, out)]
-    return out
+def _beyond_l2() -> int:
+    return min(host().l2, _last_level())
 
 
 #: cache lines a vector loop that reads a contracted buffer asks for (``steps``)
@@ -137,3 +124,39 @@ def steps(active: list, body: str) -> list:
                 f"for (int pt_q = 0; pt_q < {LINES} && {name} < {name}_end; pt_q++, "
                 f"{name} += 64) __builtin_prefetch({name})"))
     return out
+
+
+
+def during(em, loop, n: int, outer: tuple, width: int, last: str) -> list:
+    """Prefetches of what a channel-lane register tile's folded epilogue reads from
+    other tensors at the tile's first and last rows (``loop``: its ``n`` rows as one
+    over ``pt_r``, ``microkernel._row_loop``; None: they are not), spread over the
+    outermost of its reduction loops (``outer``: its iterator and constant bounds, the
+    bounds None where they are not), a few of its ``width`` lanes a step,
+    on the last reduction tile (``last``): the lines arrive while the tile computes.
+    Lanes with the result's stride read a line of each of as many planes (a residual
+    add over 32 channels of a 56 x 56 image: 32 streams), more than the hardware
+    prefetchers follow.  Tensors larger than L2, not L3 (``from_memory``): ResNet-18 at
+    batch 16 (12.8 MB residuals) ran its 64-channel residual convolutions 9% faster,
+    its residual 1x1 downsampling 25%; at batch 64 3-7% and 25%, where the next tile's
+    rows had been asked for all at once in the epilogue (a 64-channel residual
+    convolution at batch 64 in isolation: 32.8 -> 31.5-32.1 ms); at batch 1 (800 KB)
+    nothing is prefetched, as nothing was faster."""
+    it, lo, hi = outer
+    if loop is None or lo is None:
+        return []
+
+    def rows(row):
+        return {k: re.sub(r"\bpt_r\b", f"({row}L)", x) for k, x in loop.at.items()}
+
+    out: list = []
+    for row in (0, n - 1):  # (the addresses that differ from the tile before's)
+        out += [s for s in loop.fold.prefetches(em, rows(row), rows(-n), _beyond_l2())
+                if str(s) not in map(str, out)]
+    if not out:
+        return []
+    step = f"({it} - {lo}L)"
+    per = -(-width // (hi - lo + 1))
+    return [c.If(last, c.For(f"long pt_l = {step} * {per}L",
+                             f"pt_l < PT_MIN(({step} + 1) * {per}L, {width}L)", "pt_l += 1",
+                             c.Block(out)))]
