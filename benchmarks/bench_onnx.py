@@ -344,6 +344,10 @@ def compile_time(path: str, feeds_path: str, cache_dir: str, timeout: float = 18
     code = f"import bench_onnx; bench_onnx.probe_main({path!r}, {feeds_path!r})"
     env = dict(os.environ, POLYTC_CACHE_DIR=cache_dir)
     env.pop("POLYTC_NO_DISK_CACHE", None)
+    # an installed package's modules load from their bytecode: without it every fresh
+    # process compiles polytc's sources again (30-60 ms of a load from the disk cache,
+    # where PYTHONDONTWRITEBYTECODE is set)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     r = subprocess.run(common.child_command(HERE, code), capture_output=True, text=True, env=env,
                        timeout=timeout)
     for line in r.stdout.splitlines():
