@@ -222,7 +222,8 @@ def test_a_short_row_tile_takes_register_rows_that_divide_it():
 def test_a_tile_of_rows_per_core_ends_in_whole_register_tiles():
     """1000 packed rows on 2 cores: 504 + 496, whole register tiles of 8 (500 each ended
     in a partial one: 2.6x slower); 8192 rows by 6 keep their 8 tiles of 1024 (tiles of
-    1026 would leave a partial eighth to run after the full ones)."""
+    1026 would leave a partial eighth to run after the full ones), and 1024 rows by 6
+    their 2 of 512 (no split of them is whole)."""
     from polytc.machine import Machine
     from polytc.tiling.sizes import choose_sizes
 
@@ -230,6 +231,7 @@ def test_a_tile_of_rows_per_core_ends_in_whole_register_tiles():
     sizes = choose_sizes(1000, 169, 512, 4, two, packed=True, per_call=True)
     assert sizes.cache[0] == 504 and sizes.cache[0] % sizes.register[0] == 0
     assert choose_sizes(8192, 64, 256, 4, two, packed=True, per_call=True).cache[0] == 1024
+    assert choose_sizes(1024, 1024, 1024, 4, two, packed=True).cache[0] == 512
 
 
 @pytest.mark.parametrize("rows", [2, 3, 5, 17])

@@ -122,13 +122,13 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             # was slower than 6 x 2 and a partial one, mlp2's 2.68 against 2.36 ms)
             mr = next((r for r in (8, 4) if ti % r == 0 and
                        8 < r * -(-nr // lanes) <= acc), mr)
-        if ti % mr and ti < ext_i and -(-ext_i // _round_up(ti, mr)) == step:
-            # a tile of rows per core that ends in a partial register tile (1000 rows
-            # on 2 cores: 500, 62 tiles of 8 rows and one of 4): a multiple of the
-            # register tile instead, the last core's tile shorter (504 + 496 rows: a
-            # 1000 x 512 x 169 product with constant weights 927 -> 360 us).  Not
-            # where more tiles than cores leave a partial one to run after the full
-            # ones (8192 rows by 6 in tiles of 1026: 526 -> 665 us)
+        if ti % mr and ext_i % mr == 0 and -(-ext_i // _round_up(ti, mr)) == step:
+            # a tile of rows per core that ends in a partial register tile where whole
+            # ones fit (1000 rows on 2 cores: 500, 62 tiles of 8 rows and one of 4): a
+            # multiple of the register tile instead, the last core's tile shorter (504
+            # + 496 rows: a 1000 x 512 x 169 product with constant weights 927 -> 360
+            # us).  Not where more tiles than cores would leave a partial one to run
+            # after the full ones (8192 rows by 6 in tiles of 1026: 526 -> 665 us)
             ti = _round_up(ti, mr)
         tj = nr * max(1, min(8, -(-ext_j // nr)))
         if ti * min(tj, ext_j) * itemsize > m.l2 // 4:
