@@ -372,9 +372,11 @@ def micro_kernel(em, loops, items):
         em.masked_types.add((ctype, part_lanes, itemsize))
     nest = [c.Statement(d) for d in loads] + [c.Statement(a) for a in ahead] + body
     # the epilogue's reads of other tensors, asked for while the tile computes
-    spread = during(em, _row_loop(strided), len(strided),
-                    (em.for_header(loops[0])[0], *const_bounds(loops[0])), nvec * lanes,
-                    strided[0].ends[1]) if strided and strided[0].fold is not None and loops else []
+    spread = []
+    if strided and strided[0].fold is not None and loops:
+        spread = during(em, _row_loop(strided), len(strided),
+                        (em.for_header(loops[0])[0], *const_bounds(loops[0])), nvec * lanes,
+                        strided[0].ends[1])
     for k, lp in enumerate(reversed(loops)):
         nest = [c.For(*em.for_header(lp)[1], c.Block(
             (spread if k == len(loops) - 1 else []) + nest))]

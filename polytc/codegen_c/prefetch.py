@@ -126,7 +126,6 @@ def steps(active: list, body: str) -> list:
     return out
 
 
-
 def during(em, loop, n: int, outer: tuple, width: int, last: str) -> list:
     """Prefetches of what a channel-lane register tile's folded epilogue reads from
     other tensors at the tile's first and last rows (``loop``: its ``n`` rows as one
