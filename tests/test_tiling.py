@@ -940,6 +940,11 @@ def test_strided_sizes():
     # more than 8 rows of two vectors only where no count from 5 to 8 divides the rows
     # (55 = 5 x 11: not 11 x 2 vectors, 14% slower at batch 64)
     assert _strided_sizes(default, 55, 64, 144, 16, 2).register != (11, 32)
+    # enough accumulators before whole row tiles where a partial one is one of many:
+    # 55 rows as 8 x 2 vectors (7 tiles and a partial), not 11 x 1 or 5 x 2
+    assert _strided_sizes(default, 55, 64, 144, 16, 2).register == (8, 32)
+    # a partial tile among few stays out (a 512 -> 10 product over 10 rows: 10 x 1)
+    assert _strided_sizes(default, 10, 64, 512, 16, 2).register[0] == 10
     # with L2's size: a matrix product's reduction tile as deep as a quarter of L2
     # holds the panel (the accumulators are stored with the result's stride after each)
     l2 = 2 << 20
