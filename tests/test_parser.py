@@ -377,6 +377,22 @@ def test_program_to_tc():
     parse(text)  # the printed program is TC text
 
 
+def test_an_output_shaped_by_an_expression_prints_bare():
+    """A valid convolution's output is H - KH + 1 rows: TC declares dimensions by size
+    names and numbers only, so the output prints undeclared and the text parses back
+    to the same program (``polytc.autotune``'s workers parse it; they had failed with
+    "expected ')' but found '-'")."""
+    import polytc
+
+    k = polytc.tc("""def conv2d(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {
+        O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+    }""")
+    text = str(k.program)
+    assert "-> (O) {" in text
+    assert str(polytc.tc(text).program) == text
+    assert "-> (float(M,N) C) {" in str(polytc.tc(PROGRAMS[0]).program)
+
+
 # --- errors ----------------------------------------------------------------------------
 ERRORS = [
     ("", "no 'def' found", "def name"),

@@ -20,6 +20,8 @@ only feed range inference and are gone here.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -331,10 +333,20 @@ def _stmt_to_tc(p: Program, s: Stmt) -> str:
     return f"{lhs} {op} {expr_to_tc(s.rhs)}{equivalent}{where}"
 
 
+def _output_decl(t: TensorInfo) -> str:
+    """An output's declaration, or its bare name where a dimension is an expression of
+    the sizes (a valid convolution's ``H - KH + 1``): TC declares dimensions by size
+    names and numbers only, and such an output was declared bare (so the text parses
+    back to the same program: ``polytc.autotune``'s workers parse it)."""
+    if all(re.fullmatch(r"[A-Za-z_]\w*|\d+", S.to_tc(d)) for d in t.shape):
+        return _decl(t)
+    return t.name
+
+
 def program_to_tc(p: Program) -> str:
     """Canonical TC text of a checked program (temporaries listed in a comment)."""
     ins = ", ".join(_decl(t) for t in p.inputs)
-    outs = ", ".join(_decl(t) for t in p.outputs)
+    outs = ", ".join(_output_decl(t) for t in p.outputs)
     lines = [f"def {p.name}({ins}) -> ({outs}) {{"]
     if p.temporaries:
         lines.append(f"    # temporaries: {', '.join(_decl(t) for t in p.temporaries)}")
