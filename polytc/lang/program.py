@@ -20,8 +20,6 @@ only feed range inference and are gone here.
 """
 from __future__ import annotations
 
-import re
-
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -338,9 +336,11 @@ def _output_decl(t: TensorInfo) -> str:
     the sizes (a valid convolution's ``H - KH + 1``): TC declares dimensions by size
     names and numbers only, and such an output was declared bare (so the text parses
     back to the same program: ``polytc.autotune``'s workers parse it)."""
-    if all(re.fullmatch(r"[A-Za-z_]\w*|\d+", S.to_tc(d)) for d in t.shape):
-        return _decl(t)
-    return t.name
+    def declarable(d) -> bool:  # a number, or a size name alone
+        return S.is_const(d) or isinstance(d, S.Lin) and d.const == 0 and \
+            len(d.terms) == 1 and d.terms[0][1] == 1
+
+    return _decl(t) if all(declarable(d) for d in t.shape) else t.name
 
 
 def program_to_tc(p: Program) -> str:
