@@ -1,6 +1,7 @@
 """Scalar types of the language and TC's rules for combining them."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,19 +76,11 @@ TYPE_NAMES: dict[str, ScalarType] = {
 INDEX = INT32
 
 
-_BY_DTYPE: dict = {}  # numpy dtype -> its ScalarType (or None): ``from_numpy``'s answers
-
-
 def from_numpy(dtype) -> ScalarType | None:
-    dt = np.dtype(dtype)
-    try:
-        return _BY_DTYPE[dt]
-    except KeyError:
-        pass
-    _BY_DTYPE[dt] = t = _from_numpy(dt)
-    return t
+    return _from_numpy(np.dtype(dtype))
 
 
+@functools.lru_cache(maxsize=None)  # (a plan asks for every value's type)
 def _from_numpy(dt: np.dtype) -> ScalarType | None:
     for t in (BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT32, FLOAT64,
               FLOAT16):
