@@ -83,6 +83,14 @@ def test_static_cnn_and_recurrent_models(tmp_path):
     check_model(E.lstm_model(), tmp_path / "lstm", [2])
 
 
+def test_padded_in_place_border_runs(tmp_path):
+    # the executor writes the borders of padded buffers (graph/padplace.py) in C too
+    model = E.resnet_block(1, 8, 28)
+    (plan,) = ponnx.compile(model)._plans.values()
+    assert plan.restore
+    check_model(model, tmp_path, [1])
+
+
 def test_quantised_model_on_int8_words(tmp_path, monkeypatch):
     """A model from quantize_dynamic, its products on int8 words (the activation a view
     of the quantised bytes as words), exports exactly."""

@@ -68,6 +68,20 @@ def test_convolution_epilogue(options):
     assert "fold S0; init I0; epilogue S1" in folds(ck)
 
 
+PADDED = """def padded(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(F) b) -> (O) {
+    T(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+    O(n, f, h, w) = fmax(T(n, f, h - 1, w - 2) + b(f), 0.0) where h in 1:H-KH+2, w in 2:W-KW+3
+}"""
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=IDS)
+def test_shifted_epilogue_writes_the_inside_of_a_padded_result(options):
+    # the epilogue reads T at its indices plus constants: it writes O from (1, 2) on, as
+    # a convolution writes the inside of its reader's padded input (graph/padplace.py)
+    ck = check(PADDED, [(2, 5, 10, 37), (7, 5, 3, 3), (7,)], options)
+    assert "fold S0; init I0; epilogue S1" in folds(ck)
+
+
 @pytest.mark.parametrize("src,why", [
     # the epilogue reads a tensor another statement writes: it could run before it
     ("""def f(float(M,K) A, float(K,N) B, float(N) b) -> (O, U) {
@@ -91,11 +105,16 @@ def test_convolution_epilogue(options):
         T(m, n) +=! A(m, k) * B(k, n)
         O(m, n) = T(m, 0) + T(m, n)
     }""", "other element"),
+    # a concatenation: half its instances read T (shifted), the others X
+    ("""def f(float(M,K) A, float(K,N) B, float(M,N) X) -> (O) {
+        T(m, n) +=! A(m, k) * B(k, n)
+        O(m, c) = c < N ? X(m, c) : T(m, c - N) where c in 0:2*N
+    }""", "read at half the instances"),
 ])
 def test_epilogue_not_folded_where_illegal(src, why):
     k = polytc.tc(src, options=polytc.Options(parallel_min_points=1))
     rng = np.random.default_rng(1)
-    shapes = {"A": (23, 17), "B": (17, 40), "b": (40,)}
+    shapes = {"A": (23, 17), "B": (17, 40), "b": (40,), "X": (23, 40)}
     args = [rng.standard_normal(shapes[t.name]).astype(np.float32) for t in k.program.inputs]
     got = k(*args)
     got = got if isinstance(got, tuple) else (got,)

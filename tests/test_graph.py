@@ -342,6 +342,25 @@ def test_inline_through_an_in_place_update():
         assert inline_temporaries(k.program) == k.program, body
 
 
+def test_inline_into_a_shifted_read():
+    # an epilogue writing the inside of a padded buffer reads T shifted: still once per
+    # element of T, so the bias and the activation are substituted there
+    k = polytc.tc("""def f(float(N,K) A, float(K,M) B, float(M) b) -> (Y) {
+        T(i, j) +=! A(i, k) * B(k, j)
+        T(i, j) = T(i, j) + b(j)
+        U(i, j) = max(T(i, j), 0.0)
+        Y(i, j) = U(i - 1, j - 2) where i in 1:N+1, j in 2:M+2
+    }""")
+    p = inline_temporaries(k.program)
+    assert [s.tensor for s in p.statements] == ["T", "Y"]
+    assert "max(T(i - 1, j - 2) + b(j - 2), 0.0)" in str(p)
+    rng = np.random.default_rng(10)
+    A, B, bb = (rng.standard_normal(s).astype(F) for s in ((5, 7), (7, 6), (6,)))
+    from polytc.kernel import Kernel
+
+    np.testing.assert_allclose(Kernel(p)(A, B, bb), k(A, B, bb), rtol=1e-5)
+
+
 def test_inline_a_cheap_value_read_twice_at_one_element():
     """A value of at most two operations that one statement reads several times at the
     same element (a bias add, then a GELU) is substituted at each read, so that the

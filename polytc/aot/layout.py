@@ -32,7 +32,7 @@ import numpy as np
 
 from ..diagnostics import UnsupportedError
 from ..graph.group import Group
-from ..runtime.executor import FILL, fill_word
+from ..runtime.executor import FILL, RUNS, fill_word
 
 #: the degree of the polynomials in each dimension (3 samples per dimension)
 DEGREE = 2
@@ -113,11 +113,11 @@ def snapshot(plan, inputs: list) -> dict:
                 ("scratch", Num(fixed[k].nbytes))
     code = [Num(int(x)) for x in d._code]
     at = 1
-    while at < len(code):  # only fill counts vary; every other word is structure
+    while at < len(code):  # only fill counts and runs vary; every other word is structure
         op = code[at].v
-        width = 6 if op == FILL else 3 + code[at + 2].v
+        width = 6 if op == FILL else 11 if op == RUNS else 3 + code[at + 2].v
         for i in range(at, at + width):
-            if not (op == FILL and i == at + 3):
+            if not (op == FILL and i == at + 3 or op == RUNS and at + 3 <= i < at + 9):
                 code[i] = code[i].v
         at += width
     code[0] = code[0].v

@@ -16,6 +16,7 @@ import cgen as c
 import islpy as isl
 
 from ..lang import program as P
+from ..tiling.fold import offsets_of
 from .cexpr import literal, statement_code, target_code
 from .prefetch import from_memory
 
@@ -36,8 +37,15 @@ class Fold:
         if self.epi is not None:
             t = st.tensor
             at = next(r for r in P.reads(self.epi.stmt.rhs) if r.tensor == t)
-            #: the epilogue's index at each dimension of the contraction's result
-            self.epi_at = [i.name for i in at.indices]
+            #: the epilogue's index, and the constant its read of the result adds to
+            #: it, at each dimension of the contraction's result
+            self.epi_at = offsets_of(at)
+
+    def _epilogue_vars(self, vars: dict) -> dict:
+        """The epilogue's indices (C text) at the contraction's element ``vars``."""
+        return {name: vars[self.sst.stmt.indices[d]] if not off else
+                f"({vars[self.sst.stmt.indices[d]]}) - {off}L"
+                for d, (name, off) in enumerate(self.epi_at)}
 
     def condition(self, vars: dict, end: int) -> str:
         """Whether the reduction indices (C text in ``vars``) are at their first
@@ -73,8 +81,7 @@ class Fold:
         C expression ``value`` when given (its accumulator) instead of from memory."""
         if self.epi is None:
             return []
-        ev = {name: vars[self.sst.stmt.indices[d]] for d, name in enumerate(self.epi_at)}
-        printer = em.printer(self.epi, ev)
+        printer = em.printer(self.epi, self._epilogue_vars(vars))
         if value is not None:
             printer.substitute = {self.sst.stmt.tensor: value}
         code = c.Statement(statement_code(self.epi, printer).rstrip(";"))
@@ -89,8 +96,7 @@ class Fold:
             return []
 
         def addresses(at):
-            ev = {name: at[self.sst.stmt.indices[d]] for d, name in enumerate(self.epi_at)}
-            printer = em.printer(self.epi, ev)
+            printer = em.printer(self.epi, self._epilogue_vars(at))
             return [printer.element(r.tensor, [printer.sub(s) for s in r.indices])
                     for r in P.reads(self.epi.stmt.rhs)
                     if r.tensor != self.sst.stmt.tensor and from_memory(em, r.tensor, beyond)]

@@ -41,6 +41,9 @@ class Bound:
     refs: dict  # value name -> Ref (concrete shape and dtype)
     lowered: dict  # node name -> ops.Lowered, for nodes that compute
     views: dict = field(default_factory=dict)  # value -> (source value, shape)
+    #: value -> the ``Border`` around it in its buffer (``padplace.py``): the value's
+    #: ``Ref`` has the padded shape, its producer writes the inside
+    bordered: dict = field(default_factory=dict)
 
 
 #: ops whose outputs' shapes depend on their inputs' data: they run on the host

@@ -35,7 +35,7 @@ from .. import config
 from ..diagnostics import KernelRuntimeError
 from ..machine import threads
 from ..runtime.memory import aligned_copy, allocator, is_aligned
-from ..runtime.executor import CALL, FILL, executor, fill_word
+from ..runtime.executor import CALL, FILL, RUNS, executor, fill_word
 from ..runtime.ffi import ffi
 from ..runtime.native import set_threads
 from .governor import Governor
@@ -105,12 +105,20 @@ class Driver:
             self.kernels.append(ck)
             self.steps.append(s)
             lines.append(f"{s.name}: {' + '.join(s.ops)}")
+            after = []
             for v, f in zip(s.outputs, ck.out_fill):
-                if f is not None and v in plan.placed:
+                border = plan.bound.bordered.get(v)
+                if border is not None:  # (its kernel writes the inside)
+                    if v in plan.restore:  # (else the buffer's last value left it)
+                        width, word = fill_word(refs[v].dtype, border.value)
+                        for run in border.runs(refs[v].shape):
+                            after += [RUNS, k, index[v], *run, width, word]
+                        lines.append(f"  border p[{index[v]}]: {border}")
+                elif f is not None and v in plan.placed:
                     width, word = fill_word(refs[v].dtype, f)
                     code += [FILL, k, index[v], refs[v].size, width, word]
                     lines.append(f"  fill p[{index[v]}]: {refs[v].size} x {f!r}")
-            code += [CALL, k, len(args)] + args
+            code += [CALL, k, len(args)] + args + after
             code[0] = max(code[0], len(args))
             lines.append(f"  fn[{k}]({', '.join(f'p[{a}]' for a in args)})")
         #: the steps as text: per group, its fills and its call

@@ -35,20 +35,22 @@ from ..lang.sema import check
 from ..runtime.memory import aligned_copy, aligned_empty, huge_empty, is_aligned, reserve
 from .bind import bind
 from .group import Group, Join, View, canonical, form_groups
+from .padplace import PADS_IN_PLACE, pads_in_place
 
 
 class Plan:
     def __init__(self, graph, shapes: dict, options, fuse: bool = True, target: str = "c",
                  native: bool = True, generaliser=None, generic: dict | None = None,
-                 memory: "Arena | None" = None):
+                 memory: "Arena | None" = None, disable=()):
         """``generaliser`` (``dynamic.Generaliser``) keeps the model's symbolic input
         dimensions symbolic in the groups it can; ``generic``: generic text -> its
         ``Kernel``, shared by the plans of one model (each compiles once); ``memory``:
-        the arena the plans of one model share (one run at a time), else its own."""
+        the arena the plans of one model share (one run at a time), else its own;
+        ``disable``: names of the session's passes to skip (``bound_groups``)."""
         t0 = time.perf_counter()
         self.target = target
         backend = backends.get(target)
-        self.bound, self.steps = bound_groups(graph, shapes, fuse, target)
+        self.bound, self.steps = bound_groups(graph, shapes, fuse, target, disable)
         self.outputs = graph.outputs
         self.timings = {"bind+group": time.perf_counter() - t0}
         self.kernels = {}
@@ -226,15 +228,27 @@ class Plan:
         free: list = []  # buffer indices
         dying: dict = {}
 
+        # a value whose producer writes only the inside of its buffer (``padplace.py``)
+        # finds the border written when the buffer's last value had the same one: it is
+        # placed there where it can, else its border is written at each run (``restore``)
+        border = {v: (b, refs[v].shape) for v, b in self.bound.bordered.items()}
+        held: list = []  # buffer -> the border its last value left, or None
+        self.restore: set = set()
+
         def take(v, k, end):
             need = refs[v].size * refs[v].dtype.itemsize
             fit = [b for b in free if sizes[b] >= need]
             if fit:
-                b = min(fit, key=lambda b: sizes[b])
+                b = min(fit, key=lambda b: (held[b] is None or held[b] != border.get(v),
+                                            sizes[b]))
                 free.remove(b)
             else:
                 b = len(sizes)
                 sizes.append(need)
+                held.append(None)
+            if v in border and held[b] != border[v]:
+                self.restore.add(v)
+            held[b] = border.get(v)
             dying.setdefault(end, []).append(b)
             return b
 
@@ -272,7 +286,10 @@ class Plan:
         if a is None:
             r = self.bound.refs[v]
             return aligned_empty(r.shape, r.dtype, fill)
-        if fill is not None:
+        border = self.bound.bordered.get(v)
+        if border is not None:  # (its producer writes only the inside)
+            border.fill(a)
+        elif fill is not None:
             a.fill(fill)
         return a
 
@@ -399,19 +416,27 @@ class Plan:
                 ms = sum(ck.timings.values()) * 1e3 if ck.timings else 0.0
                 lines.append(f"{s.name:5} {' + '.join(s.ops)}  [{len(s.stmts)} statements, "
                              f"{'/'.join(sorted(s.kinds))}{f', {ms:.0f} ms' if ms else ''}]")
+                lines += [f"      {v}: written into the inside of a padded buffer "
+                          f"{list(self.bound.refs[v].shape)}, which its readers read in place"
+                          for v in s.outputs if v in self.bound.bordered]
         config.log(2, "\n".join(lines))
         return lines
 
 
-def bound_groups(graph, shapes: dict, fuse: bool, target: str) -> tuple:
-    """``(bound graph, steps)`` of ``graph`` at ``shapes``."""
+def bound_groups(graph, shapes: dict, fuse: bool, target: str, disable=()) -> tuple:
+    """``(bound graph, steps)`` of ``graph`` at ``shapes``; ``disable``: the session's
+    names of passes to skip (here ``pads_in_place``)."""
     bound = bind(graph, shapes)
-    return bound, form_groups(bound, fuse, join=not backends.get(target).device_arrays)
+    host = not backends.get(target).device_arrays
+    steps = form_groups(bound, fuse, join=host)
+    if host and PADS_IN_PLACE not in disable:
+        bound, steps = pads_in_place(bound, steps)
+    return bound, steps
 
 
-def group_texts(graph, shapes: dict, fuse: bool, target: str) -> list:
+def group_texts(graph, shapes: dict, fuse: bool, target: str, disable=()) -> list:
     """The canonical programs of the groups of ``graph`` at ``shapes`` (nothing compiled)."""
-    bound, steps = bound_groups(graph, shapes, fuse, target)
+    bound, steps = bound_groups(graph, shapes, fuse, target, disable)
     return [canonical(s.text(bound.refs)) for s in steps if isinstance(s, Group)]
 
 

@@ -72,7 +72,7 @@ class Session:
             disable = (*disable, "blocked_layout")
         self.graph, self.stages = imported(model, where, disable)
         check_supported(self.graph)  # every unsupported op at once, before compiling
-        self._setup(options or Options(), fuse, target, native)
+        self._setup(options or Options(), fuse, target, native, tuple(disable))
         self.timings = {"import+passes": time.perf_counter() - t0}
         self._first_plan()
 
@@ -84,13 +84,14 @@ class Session:
 
         s = cls.__new__(cls)
         s.graph, s.stages = graph, GraphStages()
-        s._setup(parent.options, parent.fuse, parent.target, parent.native)
+        s._setup(parent.options, parent.fuse, parent.target, parent.native, parent.disable)
         s.timings = {}
         s._first_plan()
         return s
 
-    def _setup(self, options, fuse, target, native) -> None:
+    def _setup(self, options, fuse, target, native, disable) -> None:
         from .dynamic import Generaliser
+        from .padplace import PADS_IN_PLACE
 
         self.options = options
         self.fuse, self.target, self.native = fuse, target, native
@@ -99,6 +100,10 @@ class Session:
         #: the symbolic input dimensions kept symbolic in the groups (``dynamic.py``)
         #: and the generic kernels of the groups, shared by every plan
         self._generaliser = Generaliser(self.graph)
+        #: the passes skipped (a plan's too: ``plan.bound_groups``); a model with
+        #: symbolic dimensions pads no input in place, which depends on the sizes (its
+        #: groups would differ from one batch to the next, and compile again)
+        self.disable = disable + ((PADS_IN_PLACE,) if self._generaliser.dims else ())
         self._generic: dict = {}
         #: one arena for the plans of a model with symbolic dimensions (plan.Arena)
         self._memory = None
@@ -203,13 +208,14 @@ class Session:
                 if probe is not None:
                     try:
                         self._generaliser.remember(
-                            group_texts(self.graph, probe, self.fuse, self.target), probe)
+                            group_texts(self.graph, probe, self.fuse, self.target,
+                                        self.disable), probe)
                     except PolytcError:  # (a shape the model does not take)
                         pass
             try:
                 p = Plan(self.graph, {v: tuple(shapes[v]) for v in self.graph.inputs},
                          self.options, self.fuse, self.target, self.native,
-                         self._generaliser, self._generic, self._memory)
+                         self._generaliser, self._generic, self._memory, self.disable)
             except NeedsValue as e:  # a shape decided by data: the model in stages
                 from .staged import Staged
 

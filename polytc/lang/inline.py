@@ -4,7 +4,8 @@ A temporary ``T`` written by one plain ``=`` statement over its whole shape, and
 once (or, where its value costs at most two operations, several times at the same
 element, by one statement), by a statement that reads each element of ``T`` at most
 once (its subscripts are distinct indices, or 0 along a dimension of extent 1, and every
-index of the reading statement that they do not name has a single value), is
+index of the reading statement that they do not name has a single value; an index plus
+a constant is distinct too, a box read shifted, outside a select), is
 substituted into that read.  The value is then computed in a register where it is used
 instead of going through memory: a chain of elementwise ops (bias, activation, scaling)
 costs one pass over the data.  Reads that would recompute an element (a broadcast, a
@@ -100,9 +101,17 @@ def _candidate(program, temp, reads=P.reads):
                      for r in reads(user.rhs) for i in r.indices):
         return None  # read before written, or used as a subscript
     names = []
+    shifted = not any(isinstance(x, P.Select) and any(read is r for b in (x.then, x.other)
+                                                      for r in P.reads(b))
+                      for x in P.walk(user.rhs))
     for sub, dim in zip(read.indices, temp.shape):
-        if isinstance(sub, P.Index):
-            names.append(sub.name)
+        # an index plus a constant reads a shifted box (the epilogue of a result written
+        # into a padded buffer), unless a select reads it: a concatenation's second part
+        # (``c < 8 ? X(c) : T(c - 8)``) whose T, left alone, folds into its product
+        at = P.offset_index(sub) if shifted else \
+            (sub.name, 0) if isinstance(sub, P.Index) else None
+        if at is not None:
+            names.append(at[0])
         elif not (isinstance(sub, P.Const) and sub.value == 0 and _extent(dim) == 1):
             return None
     if len(set(names)) != len(names) or any(

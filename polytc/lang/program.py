@@ -145,6 +145,21 @@ def index_names(*exprs) -> set:
     return {x.name for e in exprs for x in walk(e) if isinstance(x, Index)}
 
 
+def offset_index(e):
+    """``(name, c)`` when the subscript ``e`` is an index plus a constant (``i``,
+    ``i + 1``, ``i - 2``, ``-1 + i``), else None."""
+    if isinstance(e, Index):
+        return e.name, 0
+    if not (isinstance(e, Bin) and e.op in ("+", "-")):
+        return None
+    a, b = e.lhs, e.rhs
+    if e.op == "+" and isinstance(a, Const):
+        a, b = b, a
+    if isinstance(a, Index) and isinstance(b, Const) and type(b.value) is int:
+        return a.name, b.value if e.op == "+" else -b.value
+    return None
+
+
 def reads(e) -> list:
     """Every tensor read in ``e``, subscripts included."""
     return [x for x in walk(e) if isinstance(x, Read)]

@@ -14,9 +14,12 @@ _lock = threading.Lock()
 _EXEC: list = []  # (library, function), once loaded
 
 
-#: the executor: after the most arguments of a call, instructions ``CALL k nargs arg...``
-#: and ``FILL k buffer count width word`` (``count`` elements of ``width`` bytes, each
-#: ``word``), ``k`` the step
+#: the executor: after the most arguments of a call, instructions ``CALL k nargs arg...``,
+#: ``FILL k buffer count width word`` (``count`` elements of ``width`` bytes, each
+#: ``word``) and ``RUNS k buffer start count inner istride outer ostride width word``
+#: (``outer`` x ``inner`` runs of ``count`` elements, run ``(o, i)`` from element
+#: ``start + o ostride + i istride``: the border of a padded buffer, ``graph/padplace.py``;
+#: on all threads from 4096 runs), ``k`` the step
 EXEC_SOURCE = r"""/* polytc's plan executor (polytc/graph/native.py) */
 #include <stdint.h>
 #include <string.h>
@@ -42,6 +45,22 @@ static void pt_fill(void *dst, int64_t count, int64_t width, uint64_t word)
   }
 }
 
+static void pt_runs(char *base, const int64_t *a, int64_t width, uint64_t word)
+{
+  int64_t start = a[0], count = a[1], inner = a[2], istride = a[3], outer = a[4];
+  int64_t ostride = a[5];
+  uint64_t w8 = word;  /* the element repeated over 8 bytes */
+  for (int64_t b = width; b < 8; b *= 2)
+    w8 |= w8 << (8 * b);
+  #pragma omp parallel for schedule(static) if (outer * inner >= 4096)
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      char *dst = base + (start + o * ostride + i * istride) * width;
+      if (count * width == 8) memcpy(dst, &w8, 8);  /* one store: a 1-pixel border */
+      else pt_fill(dst, count, width, word);
+    }
+}
+
 int polytc_exec(const int64_t *code, long n, void *const *fn, void *const *p, int *step,
                 double *t)
 {
@@ -53,23 +72,31 @@ int polytc_exec(const int64_t *code, long n, void *const *fn, void *const *p, in
       k = code[at + 1];
       if (t) t0 = pt_now();
     }
+    int rc = 0;
     if (code[at] == 1) {  /* FILL k buffer count width word */
       pt_fill(p[code[at + 2]], code[at + 3], code[at + 4], (uint64_t)code[at + 5]);
       at += 6;
-      continue;
+    } else if (code[at] == 2) {  /* RUNS k buffer start count inner istride outer ... */
+      pt_runs(p[code[at + 2]], code + at + 3, code[at + 9], (uint64_t)code[at + 10]);
+      at += 11;
+    } else {
+      int64_t nargs = code[at + 2];  /* CALL k nargs arg... */
+      for (int64_t a = 0; a < nargs; ++a)
+        args[a] = p[code[at + 3 + a]];
+      rc = ((pt_kernel)fn[k])(args);
+      at += 3 + nargs;
     }
-    int64_t nargs = code[at + 2];  /* CALL k nargs arg... */
-    for (int64_t a = 0; a < nargs; ++a)
-      args[a] = p[code[at + 3 + a]];
-    int rc = ((pt_kernel)fn[k])(args);
-    if (t) t[k] += pt_now() - t0;
+    if (t) {
+      double now = pt_now();
+      t[k] += now - t0;
+      t0 = now;
+    }
     if (rc) { *step = (int)k; return rc; }
-    at += 3 + nargs;
   }
   return 0;
 }
 """
-CALL, FILL = 0, 1
+CALL, FILL, RUNS = 0, 1, 2
 
 
 def fill_word(dtype, fill) -> tuple[int, int]:

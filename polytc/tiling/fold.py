@@ -23,8 +23,10 @@ The init ``I`` of ``S`` folds when it writes exactly the elements ``S`` reduces 
 of every reduction index" is the first update of each element).  The statement ``E``
 right after ``S`` folds as its epilogue when
 * it is a plain assignment (no reduction), whose instances are in one-to-one
-  correspondence with the elements ``S`` writes: it reads ``T`` at its own indices
-  (``T(m, n)``, every read of ``T`` alike) and runs over exactly those elements;
+  correspondence with the elements ``S`` writes: it reads ``T`` at its own indices,
+  each plus a constant (``T(m, n)``, or ``T(m - 1, n - 1)`` where ``E`` writes a
+  result into the inside of a padded buffer: ``graph/padplace.py``; every read of ``T``
+  alike) and runs over exactly those elements;
 * it reads nothing else that a statement writes (inputs and constants): moving it
   earlier cannot read a value before it is made;
 * it writes ``T`` in place at the same indices, or a tensor no other statement writes
@@ -123,10 +125,10 @@ def _epilogue(scop, sst):
         return None
     reads = P.reads(e.stmt.rhs)
     mine = [r for r in reads if r.tensor == t]
-    if not mine or any(not _plain(r.indices) for r in mine) or \
-            len({tuple(i.name for i in r.indices) for r in mine}) != 1:
+    offsets = {offsets_of(r) for r in mine}
+    if not mine or None in offsets or len(offsets) != 1:
         return None
-    at = [i.name for i in mine[0].indices]
+    at = [name for name, _ in offsets.pop()]
     if sorted(at) != sorted(e.vars):
         return None  # an instance per element of T: its indices are E's, once each
     written = {s.tensor for s in stmts}
@@ -134,17 +136,21 @@ def _epilogue(scop, sst):
         return None
     target = e.stmt.tensor
     if target == t:
-        if own != at:
+        if [(v, 0) for v in own] != list(offsets_of(mine[0])):
             return None
     elif any(s is not e.stmt and s.tensor == target for s in stmts) or any(
             r.tensor == target for s in stmts[:e.index + 1] for r in P.reads(s.rhs)) or \
             not e.writes.is_injective():
         return None
-    # every instance reads T (unguarded, at its own indices): one per element of T
-    # when they read exactly the elements S writes
+    # every instance reads T (at its own indices, plus constants): one per element of
+    # T when they read exactly the elements S writes, all of them reading it (a read
+    # under a select, ``c < 8 ? X(.., c, ..) : T(.., c - 8, ..)``, a concatenation's
+    # second part, reads T at half the instances)
     elements = _elements(sst)
     reads_t = e.reads.intersect_range(
         isl.UnionSet.from_set(isl.Set.universe(elements.get_space())))
+    if not isl.Set.from_union_set(reads_t.domain()).is_equal(e.domain):
+        return None
     return e if isl.Set.from_union_set(reads_t.range()).is_equal(elements) else None
 
 
@@ -158,5 +164,8 @@ def _dead(scop, sst, epi) -> bool:
                 for r in P.reads(s.rhs))
 
 
-def _plain(indices) -> bool:
-    return all(isinstance(i, P.Index) for i in indices)
+def offsets_of(read):
+    """``((index, constant), ...)`` of a read whose subscripts are each an index plus a
+    constant, else None."""
+    out = tuple(P.offset_index(i) for i in read.indices)
+    return None if None in out else out

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .registry import broadcast_shapes, equal, idx, literal, op, tc_type
+from .registry import PadCopy, broadcast_shapes, equal, idx, literal, op, tc_type
 
 
 def _float_only(ctx, *refs):
@@ -305,9 +305,19 @@ def _padded(ctx, x, geo, fill, fill_first=False):
     need = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, strides, dil, kernel)]
     if not any(begin) and all(n <= e for n, e in zip(need, x.shape[2:])):
         return x, begin
+    p = ctx.temp((*x.shape[:2], *need, *x.shape[2 + nd:]), x.dtype)
+    first = len(ctx.result.stmts)
+    _copy(ctx, x, p, begin, need, fill, fill_first)
+    ctx.result.pads.append(PadCopy(p.name, x.name, tuple(begin), tuple(need), fill,
+                                   tuple(ctx.result.stmts[first:])))
+    return p, [0] * nd
+
+
+def _copy(ctx, x, p, begin, need, fill, fill_first):
+    """The statements that make ``p``, ``x`` padded with ``fill`` (``_padded``)."""
     from ...machine import host
 
-    p = ctx.temp((*x.shape[:2], *need, *x.shape[2 + nd:]), x.dtype)
+    nd = len(begin)
     pi = idx(x.rank)
     read = x(*pi[:2], *[f"{v} - {o}" if o else v for v, o in zip(pi[2:], begin)],
              *pi[2 + nd:])
@@ -322,14 +332,13 @@ def _padded(ctx, x, geo, fill, fill_first=False):
         inside = {pi[d + 2]: (begin[d], min(begin[d] + x.shape[d + 2], need[d]))
                   for d in range(nd)}
         ctx.emit(p, pi, read, ranges=inside)
-        return p, [0] * nd
+        return
     cond = []
     for d in range(nd):
         end = begin[d] + x.shape[d + 2]
         cond += _inside(pi[d + 2], begin[d], end, begin[d] > 0, need[d] > end)
     ctx.emit(p, pi, f"({' && '.join(cond)}) ? {read} : {literal(fill, x.dtype)}"
              if cond else read)
-    return p, [0] * nd
 
 
 @op("Conv")

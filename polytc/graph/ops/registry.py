@@ -4,6 +4,7 @@ lowering), ``Ref``, ``Lowered``, ``lower``, ``supported`` and the index and lite
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -121,6 +122,20 @@ def idx(n: int, prefix: str = "i") -> list:
     return [f"{prefix}{k}" for k in range(n)]
 
 
+@dataclass(frozen=True)
+class PadCopy:
+    """A sliding window's copy ``temp`` of its input ``source`` (TC names) padded with
+    ``fill``: spatial dimension ``d`` (dimension ``2 + d``) of the copy has extent
+    ``need[d]`` and holds the source from ``begin[d]`` on; ``stmts`` are the statements
+    that make it (``graph/padplace.py`` may have the source's producer write it)."""
+    temp: str
+    source: str
+    begin: tuple
+    need: tuple
+    fill: float
+    stmts: tuple
+
+
 class Lowered:
     """What one node lowers to."""
 
@@ -131,6 +146,7 @@ class Lowered:
         self.temps: list = []  # Refs of temporaries
         self.views: dict = {}  # output position -> (input Ref, shape)
         self.consts: dict = {}  # output position -> np.ndarray
+        self.pads: list = []  # PadCopy of each padded copy of an input
 
 
 class Ctx:
