@@ -41,6 +41,17 @@ def aligned_empty(shape, dtype, fill=None, always: bool = False) -> np.ndarray:
     return buf[off:off + nbytes].view(dt).reshape(shape)
 
 
+def offset_copy(a: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of ``a`` whose data starts ``offset`` bytes past an ``ALIGN`` boundary (a
+    user's array, as it lay: ``polytc.autotune`` times a candidate on the inputs' own
+    alignment)."""
+    buf = np.empty(a.nbytes + ALIGN, np.uint8)
+    at = (offset - buf.ctypes.data) % ALIGN
+    out = buf[at:at + a.nbytes].view(a.dtype).reshape(a.shape)
+    np.copyto(out, a)
+    return out
+
+
 def is_aligned(a: np.ndarray) -> bool:
     return a.ctypes.data % ALIGN == 0
 

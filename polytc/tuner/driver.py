@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..diagnostics import PolytcError, user_boundary
 from . import bridge
-from .evaluate import INPUTS, REFERENCE, dump
+from .evaluate import INPUTS, REFERENCE, dump, offset
 from .result import tuned_kernel
 from .search import CONFIRM_SHARE, Search, to_confirm
 from .space import Space
@@ -220,7 +220,8 @@ def _tune(tuner: _Tuner) -> None:
 
 
 def _start_workers(tuner: _Tuner, session: str) -> Pool:
-    dump(os.path.join(session, INPUTS), [tuner.arrays] + tuner.samples)
+    samples = [tuner.arrays] + tuner.samples
+    dump(os.path.join(session, INPUTS), (samples, [[offset(a) for a in s] for s in samples]))
     init = ("init", session, str(tuner.program), tuner.program.name, tuner.target)
     return Pool(session, init, tuner.jobs, start_timeout=max(60.0, tuner.timeout))
 

@@ -2,10 +2,11 @@
 (:class:`WorkerState`), and the files of a tuning session it shares with the tuner.
 
 A session is a temporary directory: ``inputs.pkl`` holds the samples, lists of inputs,
-the first the call's and then ``samples``' (written by the tuner before the workers
-start), ``reference.pkl`` each sample's reference outputs (written by the worker that
-computes them with the default options on the C target, or by the tuner from the numpy
-oracle when that fails); a candidate's time is the sum of its times on the samples.
+the first the call's and then ``samples``', with how far past a 64-byte boundary each
+input lay (written by the tuner before the workers start), ``reference.pkl`` each
+sample's reference outputs (written by the worker that computes them with the default
+options on the C target, or by the tuner from the numpy oracle when that fails); a
+candidate's time is the sum of its times on the samples.
 Requests are tuples: ``("reference",)``, ``("probe",)``, ``("compile", options_json,
 fault)`` and ``("time", options_json, best_seconds or None, fault)``; a reply is a dict
 (see :meth:`WorkerState.handle`).  A time is the minimum of a number of runs that fills
@@ -20,9 +21,10 @@ import pickle
 import time
 
 from ..options import Options
+from ..runtime.memory import ALIGN, offset_copy
 from . import bridge
 
-__all__ = ["WorkerState", "dump", "probe_mapping", "INPUTS", "REFERENCE"]
+__all__ = ["WorkerState", "dump", "offset", "probe_mapping", "INPUTS", "REFERENCE"]
 
 RTOL = ATOL = 1e-3
 #: seconds of measurement per candidate (repeats = this / one run, clamped)
@@ -40,6 +42,12 @@ def dump(path, obj) -> None:
     with open(tmp, "wb") as f:
         pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, path)
+
+
+def offset(a):
+    """How far past a 64-byte boundary the data of the array ``a`` starts (None for a
+    scalar): the workers' copies start there too (``WorkerState``)."""
+    return a.ctypes.data % ALIGN if getattr(a, "ndim", 0) else None
 
 
 def _load(path):
@@ -85,7 +93,11 @@ class WorkerState:
         self.session = session
         self.target = target
         self.program = bridge.program_from_text(text, name)
-        self.samples = _load(os.path.join(session, INPUTS))
+        samples, offsets = _load(os.path.join(session, INPUTS))
+        # each input as far past a 64-byte boundary as the user's (a kernel may copy an
+        # unaligned input at every call: ``CompiledKernel.benchmark`` times that too)
+        self.samples = [[a if o is None else offset_copy(a, o) for a, o in zip(s, offs)]
+                        for s, offs in zip(samples, offsets)]
         self.inputs = self.samples[0]
         self.reference = None
         if target != "c":  # the device's start-up belongs to the worker's, not a candidate's
