@@ -137,3 +137,66 @@ def test_values_the_pass_cannot_take_keep_their_copy():
                                 providers=["CPUExecutionProvider"]).run(None, f)
     for g, w in zip(s.run(None, f), want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def _random_chain(data):
+    """Conv (random pads, strides, dilations, groups) + Relu, then a Conv of that with
+    its own; a residual Add of the first result where the shapes agree."""
+    from hypothesis import strategies as st
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    nd = data.draw(st.sampled_from([1, 2]))
+    c0, c1, c2 = (data.draw(st.sampled_from([2, 3, 4, 8])) for _ in range(3))
+    side = [data.draw(st.integers(6, 13)) for _ in range(nd)]
+    shape, nodes, inits = [1, c0, *side], [], {}
+    for k, (cin, cout) in enumerate(((c0, c1), (c1, c2))):
+        ks = [data.draw(st.sampled_from([1, 2, 3])) for _ in range(nd)]
+        dil = [data.draw(st.sampled_from([1, 2])) for _ in range(nd)]
+        strides = [data.draw(st.sampled_from([1, 1, 2])) for _ in range(nd)]
+        pads = [data.draw(st.integers(0, 2)) for _ in range(2 * nd)]
+        group = cin if k == 1 and cin == cout and data.draw(st.booleans()) else 1
+        inits[f"w{k}"] = weights(rng, cout, cin // group, *ks)
+        out = [(n + pads[d] + pads[d + nd] - dil[d] * (kk - 1) - 1) // s + 1
+               for d, (n, kk, s) in enumerate(zip(shape[2:], ks, strides))]
+        if min(out) < 1:
+            return None
+        x = "x" if k == 0 else "r0"
+        nodes.append(helper.make_node("Conv", [x, f"w{k}"], [f"c{k}"], pads=pads,
+                                      strides=strides, dilations=dil, group=group))
+        if k == 0:
+            nodes.append(helper.make_node("Relu", ["c0"], ["r0"]))
+            first = [1, cout, *out]
+        shape = [1, cout, *out]
+    if shape == first:
+        nodes.append(helper.make_node("Add", ["c1", "r0"], ["y"]))
+    else:
+        nodes[-1].output[0] = "y"
+    return model(nodes, [1, c0, *side], shape, inits)
+
+
+def test_random_conv_chains_agree(monkeypatch):
+    """Random chains of convolutions, every padded buffer taken (``MAX_BORDER`` lifted):
+    the same results with and without the pass, and as onnxruntime's."""
+    import onnxruntime as ort
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from polytc.graph import padplace
+    from tests.test_differential import SETTINGS
+
+    monkeypatch.setattr(padplace, "MAX_BORDER", 1.0)
+
+    @settings(max_examples=25, database=None, **SETTINGS)
+    @given(data=st.data())
+    def check(data):
+        m = _random_chain(data)
+        if m is None:
+            return
+        f = ex.example_inputs(m, seed=0)
+        want = ort.InferenceSession(m.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, f)[0]
+        for s in (polytc.onnx.compile(m), polytc.onnx.compile(m, native=False)):
+            for _ in range(2):
+                np.testing.assert_allclose(s.run(None, f)[0], want, rtol=1e-4, atol=1e-4)
+
+    check()
