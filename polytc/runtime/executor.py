@@ -18,8 +18,8 @@ _EXEC: list = []  # (library, function), once loaded
 #: ``FILL k buffer count width word`` (``count`` elements of ``width`` bytes, each
 #: ``word``) and ``RUNS k buffer start count inner istride outer ostride width word``
 #: (``outer`` x ``inner`` runs of ``count`` elements, run ``(o, i)`` from element
-#: ``start + o ostride + i istride``: the border of a padded buffer, ``graph/padplace.py``;
-#: on all threads from 4096 runs), ``k`` the step
+#: ``start + o ostride + i istride``: the border of a padded buffer, ``graph/padplace.py``),
+#: ``k`` the step
 EXEC_SOURCE = r"""/* polytc's plan executor (polytc/graph/native.py) */
 #include <stdint.h>
 #include <string.h>
@@ -52,7 +52,6 @@ static void pt_runs(char *base, const int64_t *a, int64_t width, uint64_t word)
   uint64_t w8 = word;  /* the element repeated over 8 bytes */
   for (int64_t b = width; b < 8; b *= 2)
     w8 |= w8 << (8 * b);
-  #pragma omp parallel for schedule(static) if (outer * inner >= 4096)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       char *dst = base + (start + o * ostride + i * istride) * width;
@@ -72,26 +71,25 @@ int polytc_exec(const int64_t *code, long n, void *const *fn, void *const *p, in
       k = code[at + 1];
       if (t) t0 = pt_now();
     }
-    int rc = 0;
     if (code[at] == 1) {  /* FILL k buffer count width word */
       pt_fill(p[code[at + 2]], code[at + 3], code[at + 4], (uint64_t)code[at + 5]);
       at += 6;
-    } else if (code[at] == 2) {  /* RUNS k buffer start count inner istride outer ... */
+      continue;
+    }
+    if (code[at] == 2) {  /* RUNS k buffer start count inner istride outer ostride ... */
+      double r0 = t ? pt_now() : 0.0;
       pt_runs(p[code[at + 2]], code + at + 3, code[at + 9], (uint64_t)code[at + 10]);
+      if (t) t[k] += pt_now() - r0;
       at += 11;
-    } else {
-      int64_t nargs = code[at + 2];  /* CALL k nargs arg... */
-      for (int64_t a = 0; a < nargs; ++a)
-        args[a] = p[code[at + 3 + a]];
-      rc = ((pt_kernel)fn[k])(args);
-      at += 3 + nargs;
+      continue;
     }
-    if (t) {
-      double now = pt_now();
-      t[k] += now - t0;
-      t0 = now;
-    }
+    int64_t nargs = code[at + 2];  /* CALL k nargs arg... */
+    for (int64_t a = 0; a < nargs; ++a)
+      args[a] = p[code[at + 3 + a]];
+    int rc = ((pt_kernel)fn[k])(args);
+    if (t) t[k] += pt_now() - t0;
     if (rc) { *step = (int)k; return rc; }
+    at += 3 + nargs;
   }
   return 0;
 }
