@@ -34,7 +34,7 @@ border is at most ``MAX_BORDER`` of the buffer and the buffer fits in L2: a larg
 one's copy, contracted to an image at a time, is the convolution's input in L2
 (ResNet-18 at batch 64 lost 1.7% without the bound).  ResNet-18 at batch 1: its
 56 x 56 and 28 x 28 stages, 9 values, 7 borders written per run (15 us in all); the
-groups 80-300 us faster in all, the run 1-3%, depending on how busy the machine is.
+groups 80-380 us faster in all, the run 0-3%, depending on how busy the machine is.
 """
 from __future__ import annotations
 
