@@ -234,6 +234,20 @@ def test_a_tile_of_rows_per_core_ends_in_whole_register_tiles():
     assert choose_sizes(1024, 1024, 1024, 4, two, packed=True).cache[0] == 512
 
 
+def test_rows_split_unevenly_take_taller_tiles():
+    """1000 rows (SqueezeNet's classifier, unpacked) on 2 cores: 8 tiles of 120 and a
+    partial one after them put 520 rows on one core; taller tiles within half of L2
+    split them 504 / 496."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import _busiest, choose_sizes
+
+    two = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    sizes = choose_sizes(1000, 169, 512, 4, two)
+    ti, tk, mr = sizes.cache[0], sizes.cache[2], sizes.register[0]
+    assert ti % mr == 0 and _busiest(1000, ti, 2) <= 500 * 1.02
+    assert ti * tk * 4 <= (1 << 20) // 2
+
+
 @pytest.mark.parametrize("rows", [2, 3, 5, 17])
 def test_a_few_rows_through_packed_weights_leave_the_cores_the_columns(rows):
     """A small batch through constant weights (an MLP's 784 -> 512 layer): all the rows
