@@ -120,7 +120,7 @@ def pads_in_place(bound, steps) -> tuple:
         if producer is None or v in bound.graph.outputs or refs[v].dtype.kind != "f" or \
                 any(not isinstance(s, Group) or s is producer for s in readers.get(v, ())) or \
                 any(s is producer or pc is None for s, pc in found) or \
-                len({_key(pc.fill) for _, pc in found}) != 1 or \
+                len({float(pc.fill) for _, pc in found}) != 1 or \
                 len({len(pc.begin) for _, pc in found}) != 1:
             continue
         r = refs[v]
@@ -148,10 +148,6 @@ def pads_in_place(bound, steps) -> tuple:
     if not bordered:
         return bound, steps
     return replace(bound, refs=refs, bordered=bordered), [new[id(s)] for s in steps]
-
-
-def _key(fill):
-    return repr(float(fill))
 
 
 def _reads(step) -> list:
