@@ -219,6 +219,19 @@ def test_a_short_row_tile_takes_register_rows_that_divide_it():
     assert choose_sizes(1024, 1024, 1024, 4, two, packed=True).register == (6, 64)
 
 
+def test_batched_rows_over_a_short_reduction_take_whole_register_tiles():
+    """128 rows per batch element (cores busy around them), which 6 leave partial: 8 rows
+    of 2 vectors over a reduction of 128 (attention's P V), 6 x 4 over one of 1024 (a
+    feed-forward layer's second product) and where the cores share the rows."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    two = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(128, 64, 128, 4, two, packed=True, cores=1).register == (8, 32)
+    assert choose_sizes(128, 256, 1024, 4, two, packed=True, cores=1).register == (6, 64)
+    assert choose_sizes(128, 64, 128, 4, two, packed=True).register != (8, 32)
+
+
 def test_a_tile_of_rows_per_core_ends_in_whole_register_tiles():
     """1000 packed rows on 2 cores: 504 + 496, whole register tiles of 8 (500 each ended
     in a partial one: 2.6x slower); 8192 rows by 6 keep their 8 tiles of 1024 (tiles of
