@@ -208,7 +208,10 @@ class CompiledKernel(Specialised):
 
     def _new_scratch(self) -> list:
         try:
-            return [aligned_zeros(s, d) for s, d in self.temps]
+            # aligned however small: a temporary kept in per-thread parts of its array
+            # is stored to with aligned vector moves (``codegen_c/locals.py``); a 4 KB
+            # row maximum at an address 16 past a line faulted (SIGSEGV)
+            return [aligned_empty(s, d, fill=0, always=True) for s, d in self.temps]
         except (MemoryError, ValueError) as e:
             raise PolytcError(f"{self.program.name}: cannot allocate temporaries ({e})") \
                 from None
