@@ -251,6 +251,34 @@ def test_two_matmuls_are_two_groups_and_fuse_false_splits_everything():
     assert ops == [["MatMul"], ["Relu"], ["MatMul"]]
 
 
+def test_a_transpose_read_by_a_product_joins_the_products_group():
+    """Attention's query and value transposes (of reshaped projections) each join the
+    group of the product that reads them, instead of a group of their own that writes
+    the moved copy for that product to read again; a transpose also read by another
+    node keeps its own group."""
+    rng = np.random.default_rng(5)
+    shapes = [("q", TP.FLOAT, [2, 8, 4, 16]), ("k", TP.FLOAT, [2, 8, 4, 16]),
+              ("v", TP.FLOAT, [2, 8, 4, 16])]
+    nodes = [node("Transpose", ["q"], ["qt"], perm=[0, 2, 1, 3]),
+             node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]),
+             node("MatMul", ["qt", "kt"], ["s"]), node("Softmax", ["s"], ["p"], axis=-1),
+             node("Transpose", ["v"], ["vt"], perm=[0, 2, 1, 3]),
+             node("MatMul", ["p", "vt"], ["o"])]
+    m = model(nodes, shapes, [("o", TP.FLOAT, [2, 4, 8, 16])], [])
+    ops = [s.ops for s in steps_of(polytc.onnx.compile(m)).steps]
+    assert ops == [["Transpose", "Transpose", "MatMul"], ["Softmax"], ["Transpose", "MatMul"]]
+    q, k, v = (rng.standard_normal((2, 8, 4, 16)).astype(F) for _ in range(3))
+    s = np.einsum("bihd,bjhd->bhij", q, k)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    got = polytc.onnx.compile(m).run(None, {"q": q, "k": k, "v": v})[0]
+    np.testing.assert_allclose(got, np.einsum("bhij,bjhd->bhid", p, v), rtol=1e-4, atol=1e-5)
+    shared = model(nodes[:2] + [node("Relu", ["qt"], ["r"]), node("MatMul", ["qt", "kt"], ["s"])],
+                   shapes[:2], [("s", TP.FLOAT, [2, 4, 8, 8]), ("r", TP.FLOAT, [2, 4, 8, 16])], [])
+    ops = [s.ops for s in steps_of(polytc.onnx.compile(shared)).steps]
+    assert ops[0][:2] == ["Transpose", "Relu"]  # (not deferred: read twice)
+
+
 def test_report_names_the_fused_ops():
     text = polytc.onnx.compile(mlp_layer()).report()
     assert "MatMul + Add + Relu" in text and "compiled groups" in text

@@ -107,8 +107,13 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
     steps: list = []
     where: dict = {}  # value -> the step that produces it
     joins = _in_place_concats(bound) if join else {}
+    deferred = _deferred(bound) if fuse else {}
+    waiting: dict = {}  # value -> (node, lowered) of a deferred node that makes it
     for n in g.nodes:
         outs = [o for o in n.outputs if o]
+        if n.name in deferred:
+            waiting[outs[0]] = (n, bound.lowered[n.name])
+            continue
         if n.name in joins:
             sources, offsets = joins[n.name]
             steps.append(Join(sources, outs[0], offsets, n, len(steps)))
@@ -124,19 +129,54 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
                     where[o] = steps[-1]
             continue
         low = bound.lowered[n.name]
+        # the deferred movements it reads run first, in its group
+        before = [waiting.pop(i) for i in dict.fromkeys(n.inputs) if i in waiting]
         target = _target(n, low, steps, where, bound) if fuse else None
+        if target is not None and (len(target.stmts) + len(low.stmts) + sum(
+                len(lw.stmts) for _, lw in before) > MAX_STATEMENTS or any(
+                where[i].position > target.position for m, _ in before
+                for i in m.inputs if i in where)):
+            target = None  # (a deferred node reads a value made after that group)
         if target is None:
             target = Group(f"g{len(steps)}", position=len(steps))
             steps.append(target)
-        target.nodes.append(n)
-        target.stmts.extend(low.stmts)
-        target.kinds.add(low.kind)
-        target.temps.extend(low.temps)
-        target.produced.update(outs)
-        for o in outs:
-            where[o] = target
+        for m, lw in before + [(n, low)]:
+            target.nodes.append(m)
+            target.stmts.extend(lw.stmts)
+            target.kinds.add(lw.kind)
+            target.temps.extend(lw.temps)
+            made = [o for o in m.outputs if o]
+            target.produced.update(made)
+            for o in made:
+                where[o] = target
     _interfaces(steps, bound)
     return steps
+
+
+def _deferred(bound) -> set:
+    """The movement nodes (a transpose) whose one result only one computed node reads,
+    with no view, output or other node between: each joins its reader's group (its
+    statements first), instead of a group of its own that writes the moved copy to
+    memory for the reader to read again (a transformer layer's query and value
+    transposes, read by the attention's products).  Not where it reads a value of
+    that reader's group, or is the reader's only input (then it is that group's start
+    anyway)."""
+    g = bound.graph
+    readers = g.consumers()
+    out = set()
+    for n in g.nodes:
+        low = bound.lowered.get(n.name)
+        outs = [o for o in n.outputs if o]
+        if low is None or low.kind != "movement" or len(outs) != 1 or \
+                outs[0] in g.outputs or outs[0] in bound.views:
+            continue
+        rs = readers.get(outs[0], [])
+        if len(rs) != 1 or rs[0].name not in bound.lowered or \
+                bound.lowered[rs[0].name].kind != "contraction" or \
+                any(v in bound.views and bound.views[v][0] == outs[0] for v in rs[0].inputs):
+            continue
+        out.add(n.name)
+    return out
 
 
 def _in_place_concats(bound) -> dict:
