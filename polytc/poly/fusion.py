@@ -176,6 +176,8 @@ def batch_fused(scop: Scop, deps: Dependences) -> isl.Schedule | None:
     if len(bodies) < 2:
         return None
     cap = min(len(s.stmt.indices) - 2 for s in bodies)
+    if all(_extent(s, d) == 1 for s in bodies for d in range(min(cap, len(s.vars)))):
+        return None  # a batch of one: fused over it, nothing would run in parallel
     return shared_rows(scop, deps, cap) if cap >= 1 else None
 
 
