@@ -107,7 +107,7 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
     steps: list = []
     where: dict = {}  # value -> the step that produces it
     joins = _in_place_concats(bound) if join else {}
-    deferred = _deferred(bound) if fuse else {}
+    deferred = _deferred(bound) if fuse else set()
     waiting: dict = {}  # value -> (node, lowered) of a deferred node that makes it
     for n in g.nodes:
         outs = [o for o in n.outputs if o]
@@ -154,13 +154,11 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
 
 
 def _deferred(bound) -> set:
-    """The movement nodes (a transpose) whose one result only one computed node reads,
-    with no view, output or other node between: each joins its reader's group (its
+    """The movement nodes (a transpose) whose one result, not a graph output, only one
+    node reads, a contraction, and no view: each joins its reader's group (its
     statements first), instead of a group of its own that writes the moved copy to
     memory for the reader to read again (a transformer layer's query and value
-    transposes, read by the attention's products).  Not where it reads a value of
-    that reader's group, or is the reader's only input (then it is that group's start
-    anyway)."""
+    transposes, read by the attention's products)."""
     g = bound.graph
     readers = g.consumers()
     out = set()
@@ -172,8 +170,7 @@ def _deferred(bound) -> set:
             continue
         rs = readers.get(outs[0], [])
         if len(rs) != 1 or rs[0].name not in bound.lowered or \
-                bound.lowered[rs[0].name].kind != "contraction" or \
-                any(v in bound.views and bound.views[v][0] == outs[0] for v in rs[0].inputs):
+                bound.lowered[rs[0].name].kind != "contraction":
             continue
         out.add(n.name)
     return out
