@@ -129,7 +129,7 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
                     where[o] = steps[-1]
             continue
         low = bound.lowered[n.name]
-        # the deferred movements it reads run first, in its group
+        # the deferred transposes it reads run first, in its group
         before = [waiting.pop(i) for i in dict.fromkeys(n.inputs) if i in waiting]
         target = _target(n, low, steps, where, bound) if fuse else None
         if target is not None and (len(target.stmts) + len(low.stmts) + sum(
@@ -154,8 +154,8 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
 
 
 def _deferred(bound) -> set:
-    """The movement nodes (a transpose) whose one result, not a graph output, only one
-    node reads, a contraction, and no view: each joins its reader's group (its
+    """The transposes whose one result, not a graph output, only one node reads, a
+    contraction, and no view: each joins its reader's group (its
     statements first), instead of a group of its own that writes the moved copy to
     memory for the reader to read again (a transformer layer's query and value
     transposes, read by the attention's products)."""
@@ -165,7 +165,7 @@ def _deferred(bound) -> set:
     for n in g.nodes:
         low = bound.lowered.get(n.name)
         outs = [o for o in n.outputs if o]
-        if low is None or low.kind != "movement" or len(outs) != 1 or \
+        if low is None or n.op != "Transpose" or len(outs) != 1 or \
                 outs[0] in g.outputs or outs[0] in bound.views:
             continue
         rs = readers.get(outs[0], [])
