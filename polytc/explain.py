@@ -429,6 +429,12 @@ class _Explainer:
                          f"iteration of the parallel loop {d['loop']} touches only its own part "
                          f"of it, which is kept in a buffer of {d['buffer']} elements, {where}.",
                          str(entry))
+            elif kind == "alias":
+                self.say("memory", f"The temporary {entry.subject} holds only partial sums "
+                         "between reduction tiles: they are kept in "
+                         f"{entry.facts['into']}'s array, element for element, which the "
+                         "epilogue then overwrites with its result (no array of its own "
+                         "to write, read back and page in).", str(entry))
             elif kind == "simd":
                 self.say("vectorize", f"The innermost loop of {', '.join(entry.subjects)} is "
                          "parallel and unit-stride for the writes: marked omp simd.",

@@ -206,3 +206,52 @@ def test_partial_last_vector_in_the_micro_kernel():
 
     if host().vector_bytes >= 32:
         assert "pt_mload_" in ck.code and "pt_mstore_" in ck.code
+
+
+def _alias(ck) -> str:
+    return ck.stages.get("contraction", "")
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=IDS)
+@pytest.mark.parametrize("m,k,n", [(24, 600, 64), (25, 1031, 65)])
+def test_partial_sums_kept_in_the_epilogues_result(options, m, k, n):
+    # a reduction split into cache tiles keeps T's partial sums between them; T is
+    # read by the epilogue only, so they live in Y's array and T has none of its own
+    ck = check(MLP, [(m, k), (k, n), (n,)], options)
+    assert "epilogue S1" in folds(ck) and "alias T; into Y" in _alias(ck)
+    assert "restrict T" not in ck.code and ck.temps == []
+    assert "partial sums" in str(ck.explain())
+
+
+def test_partial_sums_alias_under_a_symbolic_batch():
+    k = polytc.tc(MLP, dynamic=("B",))
+    rng = np.random.default_rng(2)
+    W, b = rng.standard_normal((700, 48)).astype(np.float32), \
+        rng.standard_normal(48).astype(np.float32)
+    for rows in (5, 33):
+        X = rng.standard_normal((rows, 700)).astype(np.float32)
+        want = reference.run(k.program, [X, W, b])["Y"]
+        np.testing.assert_allclose(k(X, W, b), want, rtol=1e-4, atol=1e-4)
+    assert "alias T; into Y" in _alias(k.specialize(X, W, b))
+
+
+MM = [(9, 700), (700, 40)]
+
+
+@pytest.mark.parametrize("src,shapes,why", [
+    # the epilogue writes a transposed result: T's element is not Y's
+    (TRANSPOSED, MM, "transposed"),
+    # the epilogue writes the inside of a padded result: other indices
+    (PADDED, [(1, 60, 8, 9), (7, 60, 3, 3), (7,)], "shifted"),
+    # T is an output: the caller gets its values
+    (MLP.replace("-> (Y)", "-> (T, Y)"), MM + [(40,)], "output"),
+    # another statement reads T
+    ("""def f(float(M,K) A, float(K,N) B, float(N) b) -> (O, P) {
+        T(m, n) +=! A(m, k) * B(k, n)
+        O(m, n) = T(m, n) + b(n)
+        P(m, n) = T(m, n) * 2.0
+    }""", MM + [(40,)], "read twice"),
+])
+def test_partial_sums_keep_their_array_where_they_must(src, shapes, why):
+    ck = check(src, shapes, polytc.Options(parallel_min_points=1), rtol=1e-3, atol=1e-3)
+    assert "alias" not in _alias(ck), why

@@ -67,7 +67,8 @@ class C(Backend):
         so = build_shared_object(b.code, {"name": b.program.name})
         with open(so, "rb") as f:
             files = {"kernel.so": f.read()}
-        local = {d.subject for d in b.tiling if d.kind == "contract" and "slot" not in d.facts}
+        local = {d.subject for d in b.tiling if d.kind == "alias" or
+                 d.kind == "contract" and "slot" not in d.facts}
         return files, build_meta(b, align_inputs=align_inputs(b), local_temps=sorted(local),
                                  prepacked=prepacked(b), symbolic=list(b.scop.symbolic))
 

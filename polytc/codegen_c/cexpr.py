@@ -188,6 +188,9 @@ class ExprPrinter:
         self.hoisted_vector = ""
         #: contracted temporaries: tensor -> (buffer, box extents, box offsets as C)
         self.locals: dict = {}
+        #: temporaries kept in another tensor's array, element for element: tensor ->
+        #: that tensor (``tiling/alias.py``)
+        self.aliases: dict = {}
         #: the iterators of the loops the instance is innermost in: a float division
         #: by a divisor that none of them changes is a multiplication by its reciprocal
         #: (computed once, outside the loop: ``Options.reciprocal``); empty: never
@@ -209,6 +212,7 @@ class ExprPrinter:
 
     def element(self, tensor: str, subs, checked=False, span=None) -> str:
         """``tensor[linear index]`` from subscript C expressions (row-major)."""
+        tensor = self.aliases.get(tensor, tensor)
         if tensor in self.locals:
             tensor, shape, offs = self.locals[tensor]
             subs = [s if o in ("0L", "0") else f"({s}) - ({o})" for s, o in zip(subs, offs)]

@@ -78,6 +78,8 @@ class CEmitter:
         self.helpers: list = []  # outlined parallel loop bodies
         prog = scop.program
         self.locals = locals_of(decisions, scop, isl_expr)  # contracted temporaries
+        #: temporaries kept in another tensor's array (``tiling/alias.py``)
+        self.aliases = {d.subject: d.facts["into"] for d in decisions if d.kind == "alias"}
         self.outlining = 0  # the depth of outlined parallel loops around the node
         self.in_simd = 0  # the depth of vector (``omp simd``) loops around it
         self.touched: list = []  # (local, inside an outlined loop) per printed instance
@@ -90,7 +92,8 @@ class CEmitter:
         self.params = [f"long {n}" for n in scop.symbolic] + \
             [f"const {t.dtype.c_name} *restrict {t.name}" for t in prog.inputs] + \
             [f"{t.dtype.c_name} *restrict {t.name}" for t in prog.outputs + prog.temporaries
-             if t.name not in self.locals or self.locals[t.name].slot] + \
+             if (t.name not in self.locals or self.locals[t.name].slot) and
+             t.name not in self.aliases] + \
             [p.parameter for p in self.packs.values() if p.box is not None and not p.alias]
         self.vectorize = vectorize
         #: a register tile broadcasts a window's elements (``microkernel._window``)
@@ -426,6 +429,7 @@ class CEmitter:
                   if q.name not in self.direct}
         p = PackPrinter(packed, *args) if packed else ExprPrinter(*args)
         p.locals = {t: lc.at(sst, vars) for t, lc in self.locals.items() if sst.name in lc.offsets}
+        p.aliases = self.aliases
         self.touched += [(t, self.outlining > 0) for t in p.locals]
         if self.reciprocal:
             p.varying = tuple(self.iters[-1:])

@@ -11,6 +11,7 @@ from ..poly import schedule as sched
 from ..poly.handsched import replay
 from ..poly.privatize import shared_pass
 from ..poly.scop import Scop
+from ..tiling.alias import aliases
 from ..tiling.contract import contract
 from ..tiling.extents import statement_points
 from ..tiling.contract import text as contract_text
@@ -134,6 +135,7 @@ def p_contract(b: Build) -> Build:
     packed = {d.facts["tensor"] for d in b.tiling if d.kind == "pack"}
     folds = [d for d in b.tiling if d.kind == "fold"]
     found = contract(current_schedule(b), b.scop, b.fills, packed, host().l2, folds)
+    found += aliases(b.scop, folds, b.fills, packed, {d.subject for d in found})
     return b.stage("contraction", contract_text(found), tiling=b.tiling + tuple(found))
 
 

@@ -101,7 +101,8 @@ def _tiles(d, prefix, t, scop, acc) -> bool:
 
 def text(decisions) -> str:
     """The ``contraction`` stage: the ``contract`` decisions among ``decisions``."""
-    return "\n".join(str(d) for d in decisions if d.kind == "contract") or "(none)"
+    return "\n".join(str(d) for d in decisions if d.kind in ("contract", "alias")) or \
+        "(none)"
 
 
 def _accesses(scop, tensor: str, inits=frozenset(), epilogues=frozenset()):

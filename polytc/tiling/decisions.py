@@ -8,8 +8,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 #: what a decision can be: the tiler's, then the mapper's
-KINDS = ("split", "contraction", "pack", "contract", "fold", "simd", "promote", "sink",
-         "window", "transpose", "threads",
+KINDS = ("split", "contraction", "pack", "contract", "alias", "fold", "simd", "promote",
+         "sink", "window", "transpose", "threads",
          "one block", "groups")
 _SIZES = ("cache", "register", "panel", "tile", "block", "reduction_tile")  # printed as 32x32
 
@@ -25,6 +25,7 @@ class Decision:
     #: ``panel`` (Kt x NR), ``panels``, ``copy`` (and, for the code generator, the
     #: layout in facts named ``_...``, not printed);
     #: ``contract`` (a temporary kept per parallel iteration): ``loop``, ``buffer``;
+    #: ``alias`` (a contraction's partial sums in its epilogue's result): ``into``;
     #: ``fold`` (a contraction's init and epilogue in its register tiles): ``init``,
     #: ``epilogue`` (statement names or None);
     #: ``sink`` and ``window`` (a small window reduction's rows sunk below the window
