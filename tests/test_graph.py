@@ -254,8 +254,9 @@ def test_two_matmuls_are_two_groups_and_fuse_false_splits_everything():
 def test_a_transpose_read_by_a_product_joins_the_products_group():
     """Attention's query and value transposes (of reshaped projections) each join the
     group of the product that reads them, instead of a group of their own that writes
-    the moved copy for that product to read again; a transpose also read by another
-    node keeps its own group."""
+    the moved copy for that product to read again (and the attention is one group:
+    ``test_attention_is_one_group``); a transpose also read by another node keeps its
+    own group."""
     rng = np.random.default_rng(5)
     shapes = [("q", TP.FLOAT, [2, 8, 4, 16]), ("k", TP.FLOAT, [2, 8, 4, 16]),
               ("v", TP.FLOAT, [2, 8, 4, 16])]
@@ -266,7 +267,7 @@ def test_a_transpose_read_by_a_product_joins_the_products_group():
              node("MatMul", ["p", "vt"], ["o"])]
     m = model(nodes, shapes, [("o", TP.FLOAT, [2, 4, 8, 16])], [])
     ops = [s.ops for s in steps_of(polytc.onnx.compile(m)).steps]
-    assert ops == [["Transpose", "Transpose", "MatMul"], ["Softmax"], ["Transpose", "MatMul"]]
+    assert ops == [["Transpose", "Transpose", "MatMul", "Softmax", "Transpose", "MatMul"]]
     q, k, v = (rng.standard_normal((2, 8, 4, 16)).astype(F) for _ in range(3))
     s = np.einsum("bihd,bjhd->bhij", q, k)
     p = np.exp(s - s.max(-1, keepdims=True))
@@ -277,6 +278,53 @@ def test_a_transpose_read_by_a_product_joins_the_products_group():
                    shapes[:2], [("s", TP.FLOAT, [2, 4, 8, 8]), ("r", TP.FLOAT, [2, 4, 8, 16])], [])
     ops = [s.ops for s in steps_of(polytc.onnx.compile(shared)).steps]
     assert ops[0][:2] == ["Transpose", "Relu"]  # (not deferred: read twice)
+
+
+def _attention(axis=-1, values_first=False, returned=False, b=2, h=4, s=24, d=16):
+    """Scores of a batched product, scaled and masked, their softmax along ``axis``, the
+    product with the values (the softmax on the right when ``values_first``), moved
+    back to the sequence's order; ``returned``: the softmax is an output too."""
+    shapes = [("q", TP.FLOAT, [b, h, s, d]), ("kt", TP.FLOAT, [b, h, d, s]),
+              ("v", TP.FLOAT, [b, h, s, s] if values_first else [b, h, s, d]),
+              ("mask", TP.FLOAT, [b, 1, 1, s])]
+    pv = ["v", "p"] if values_first else ["p", "v"]
+    nodes = [node("MatMul", ["q", "kt"], ["s0"]), node("Div", ["s0", "scale"], ["s1"]),
+             node("Add", ["s1", "mask"], ["s2"]), node("Softmax", ["s2"], ["p"], axis=axis),
+             node("MatMul", pv, ["o"]), node("Transpose", ["o"], ["y"], perm=[0, 2, 1, 3])]
+    out = [("y", TP.FLOAT, [b, s, h, s if values_first else d])]
+    out += [("p", TP.FLOAT, [b, h, s, s])] if returned else []
+    return model(nodes, shapes, out, [("scale", np.array(4.0, F))])
+
+
+def _attention_reference(q, kt, v, mask, axis=-1, values_first=False):
+    x = (q @ kt) / 4.0 + mask
+    p = np.exp(x - x.max(axis, keepdims=True))
+    p /= p.sum(axis, keepdims=True)
+    return np.transpose(v @ p if values_first else p @ v, (0, 2, 1, 3))
+
+
+def test_attention_is_one_group():
+    """A batched product's scores, their last-axis softmax and its product with the
+    values compile as one group (the scores never go to memory: ``group._attention``);
+    the output transpose joins it too.  Not when the softmax runs along another axis or
+    is the product's right operand."""
+    rng = np.random.default_rng(7)
+    q, kt = rng.standard_normal((2, 4, 24, 16)).astype(F), \
+        rng.standard_normal((2, 4, 16, 24)).astype(F)
+    mask = np.where(rng.random((2, 1, 1, 24)) < 0.2, -1e4, 0).astype(F)
+    for kw, fused in (({}, True), ({"returned": True}, True), ({"axis": 2}, False),
+                      ({"values_first": True}, False)):
+        m = _attention(**{k: v for k, v in kw.items()})
+        sess = polytc.onnx.compile(m)
+        ops = [s.ops for s in steps_of(sess).steps]
+        whole = ["MatMul", "Div", "Add", "Softmax", "MatMul", "Transpose"]
+        assert (ops == [whole]) == fused, (kw, ops)
+        assert fused or ["Softmax"] in ops  # (not with the scores alone either)
+        vf = kw.get("values_first", False)
+        v = rng.standard_normal((2, 4, 24, 24 if vf else 16)).astype(F)
+        got = sess.run(None, {"q": q, "kt": kt, "v": v, "mask": mask})[0]
+        want = _attention_reference(q, kt, v, mask, kw.get("axis", -1), vf)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_report_names_the_fused_ops():

@@ -134,8 +134,11 @@ def p_contract(b: Build) -> Build:
     that iteration (``tiling/contract.py``)."""
     packed = {d.facts["tensor"] for d in b.tiling if d.kind == "pack"}
     folds = [d for d in b.tiling if d.kind == "fold"]
-    found = contract(current_schedule(b), b.scop, b.fills, packed, host().l2, folds)
-    found += aliases(b.scop, folds, b.fills, packed, {d.subject for d in found})
+    # a contraction's partial sums kept in its epilogue's result need no buffer at all
+    kept = aliases(b.scop, folds, b.fills, packed)
+    found = contract(current_schedule(b), b.scop, b.fills,
+                     packed | {d.subject for d in kept}, host().l2, folds)
+    found += kept
     return b.stage("contraction", contract_text(found), tiling=b.tiling + tuple(found))
 
 

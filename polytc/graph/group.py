@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from .ops import tc_type
 
 MAX_STATEMENTS = 24
+#: attentions (a batched product, its softmax, the product with the values) fuse
+ATTENTION = True
 
 
 @dataclass
@@ -39,6 +41,9 @@ class Group:
     inputs: list = field(default_factory=list)  # values read from outside, in order
     outputs: list = field(default_factory=list)  # values other steps or the user read
     position: int = 0
+    #: the scores of its batched product and their softmax (``_attention``): the
+    #: product with the values may join, and elementwise or movement nodes after it
+    attention: bool = False
 
     @property
     def ops(self) -> list:
@@ -140,6 +145,9 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
         if target is None:
             target = Group(f"g{len(steps)}", position=len(steps))
             steps.append(target)
+        if fuse and n.op == "Softmax" and target.nodes and ATTENTION and \
+                _attention(n, low, target, bound):
+            target.attention = True
         for m, lw in before + [(n, low)]:
             target.nodes.append(m)
             target.stmts.extend(lw.stmts)
@@ -235,15 +243,42 @@ def _target(n, low, steps, where, bound):
     last = max(groups, key=lambda s: s.position)
     if low.kind == "reduction" and _to_one_value(n, bound):
         return None  # needs all of its input first: see the module's docstring
-    if "opaque" in last.kinds or (low.kind == "contraction" and "contraction" in last.kinds):
+    if "opaque" in last.kinds:
         return None
-    if {"contraction", "reduction"} <= last.kinds | {low.kind}:
+    two_products = low.kind == "contraction" and "contraction" in last.kinds
+    mixed = {"contraction", "reduction"} <= last.kinds | {low.kind}
+    after_attention = last.attention and low.kind in ("elementwise", "movement")
+    if (two_products or mixed and not after_attention) and \
+            not (ATTENTION and _attention(n, low, last, bound)):
         return None  # isl keeps them apart anyway; alone, the reductions fuse by rows
     if len(last.stmts) + len(low.stmts) > MAX_STATEMENTS:
         return None
     if any(s is not last and s.position > last.position for s in producers):
         return None  # it reads a view made after that group ran
     return last
+
+
+def _attention(n, low, last, bound) -> bool:
+    """Whether ``n`` continues an attention in ``last``: the last-axis ``Softmax`` of the
+    scores of the one batched product in ``last`` (which holds no reduction yet), or
+    the product of that softmax, made last in ``last``, with the values (``last`` then
+    holds one product and the softmax).  The three then run per batch element and head
+    (``poly/fusion.batch_fused``): the scores and their softmax, contracted, stay in
+    the caches instead of going to memory and back between three groups."""
+    products = [m for m in last.nodes if bound.lowered[m.name].kind == "contraction"]
+    if len(products) != 1 or products[0].op != "MatMul" or \
+            len(bound.refs[products[0].outputs[0]].shape) < 3:
+        return False
+    if n.op == "Softmax":  # (and its one reader is the product with the values)
+        x = bound.refs[n.inputs[0]]
+        readers = bound.graph.consumers().get(n.outputs[0], [])
+        return "reduction" not in last.kinds and n.inputs[0] in last.produced and \
+            int(n.attr("axis", -1)) % len(x.shape) == len(x.shape) - 1 and \
+            len(readers) == 1 and readers[0].op == "MatMul" and \
+            readers[0].inputs[0] == n.outputs[0]
+    return n.op == "MatMul" and low.kind == "contraction" and last.attention and \
+        last.nodes[-1].op == "Softmax" and n.inputs[0] == last.nodes[-1].outputs[0] and \
+        len(bound.refs[n.outputs[0]].shape) >= 3
 
 
 def _to_one_value(n, bound) -> bool:

@@ -175,10 +175,13 @@ def batch_fused(scop: Scop, deps: Dependences) -> isl.Schedule | None:
         return shared_rows(scop, deps, cap) if cap >= 1 else None
     if len(bodies) < 2:
         return None
-    cap = min(len(s.stmt.indices) - 2 for s in bodies)
+    # the batch of the products (a softmax's row reductions between them keep a row's
+    # indices: attention's batch, heads and query)
+    products = [s for s in bodies if len(P.reads(s.stmt.rhs)) > 1] or bodies
+    cap = min(len(s.stmt.indices) - 2 for s in products)
     if all(_extent(s, d) == 1 for s in bodies for d in range(min(cap, len(s.vars)))):
         return None  # a batch of one: fused over it, nothing would run in parallel
-    return shared_rows(scop, deps, cap) if cap >= 1 else None
+    return shared_rows(scop, deps, cap, permuted=True) if cap >= 1 else None
 
 
 def _batch_indices(sst, others=()) -> int:
@@ -228,7 +231,8 @@ def _points(sst, k: int) -> int:
     return n
 
 
-def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None) -> isl.Schedule | None:
+def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None,
+                permuted: bool = False) -> isl.Schedule | None:
     """Max fusion by construction, without isl's scheduler, for a program whose
     statements, connected by their dependences, all run over the same leading indices
     (rows: ``n`` of a softmax, ``n, g`` of a group norm) and no dependence crosses from
@@ -252,20 +256,65 @@ def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None) -> isl.Sc
             if m.is_subset(same):
                 break
             k -= 1
+    fused = {s.name: list(range(k)) for s in scop.stmts}
+    if permuted and cap is not None and k < cap:
+        found = _matched(scop, maps, cap)
+        if found is not None:
+            k, fused = cap, found
     if k == 0:
         return None
     parts = []
     for s in scop.stmts:
         xs = [f"x{n}" for n in range(len(s.vars))]
-        parts.append(f"{s.name}[{', '.join(xs)}] -> [{', '.join(xs[:k])}]")
+        parts.append(f"{s.name}[{', '.join(xs)}] -> [{', '.join(xs[v] for v in fused[s.name])}]")
     band = isl.UnionMap.read_from_str(scop.ctx, "{ " + "; ".join(parts) + " }")
     node = isl.Schedule.from_domain(scop.domain).get_root().child(0).insert_partial_schedule(
         isl.MultiUnionPwAff.from_union_map(band))
     node = node.band_set_permutable(1)
     for d in range(k):
         node = node.band_member_set_coincident(d, 1)
-    schedule = _in_sequence(node.child(0), scop, {s.name: list(range(k)) for s in scop.stmts})
+    schedule = _in_sequence(node.child(0), scop, fused)
     return schedule if respects(schedule, deps.validity) else None
+
+
+def _matched(scop: Scop, maps: list, k: int) -> dict | None:
+    """Statement -> the positions of its variables that run along the first ``k`` indices
+    of the first contraction's result, each dependence relating them one to one (a
+    statement that transposes the batch and heads of attention's result back to the
+    sequence's order runs the heads as its third variable), or None where some
+    statement has no such variables."""
+    first = next(s for s in scop.stmts if s.kind == "body" and s.stmt.reduction_vars)
+    out = {first.name: [first.vars.index(i) for i in first.stmt.indices[:k]]}
+    by_name = {s.name: s for s in scop.stmts}
+    grown = True
+    while grown:
+        grown = False
+        for m in maps:
+            a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+            for src, dst, kind in ((a, b, isl.dim_type.out), (b, a, isl.dim_type.in_)):
+                if src not in out or dst in out:
+                    continue
+                other = isl.dim_type.in_ if kind == isl.dim_type.out else isl.dim_type.out
+                pos = []
+                for v in out[src]:
+                    hit = [q for q in range(len(by_name[dst].vars))
+                           if m.is_subset(m.equate(other, v, kind, q))]
+                    if len(hit) != 1:
+                        break
+                    pos.append(hit[0])
+                if len(pos) == k and len(set(pos)) == k:
+                    out[dst] = pos
+                    grown = True
+    if len(out) != len(scop.stmts):
+        return None
+    for m in maps:  # every dependence keeps the fused variables equal
+        a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+        same = m
+        for v, q in zip(out[a], out[b]):
+            same = same.equate(isl.dim_type.in_, v, isl.dim_type.out, q)
+        if not m.is_subset(same):
+            return None
+    return out
 
 
 def _clean_prefix(band) -> dict:

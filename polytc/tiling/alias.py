@@ -15,12 +15,13 @@ value.
 
 ``T`` takes ``O``'s memory when
 * ``T`` is a temporary (neither an input nor an output) of ``O``'s shape and type, not
-  filled before the kernel, not packed, not contracted (``contract.py``), and the
+  filled before the kernel and not packed (nor then contracted: ``contract.py``), and the
   contraction (its init included) and the epilogue are the only statements that touch
   it (``fold._dead``: only the epilogue reads it);
 * the epilogue writes ``O(i...)`` from ``T(i...)`` at exactly its own indices (no
   constant added: not the inside of a padded buffer), ``O`` is filled by no one before
-  the kernel, packed by no pack, contracted by no contraction, and no other statement
+  the kernel and packed by no pack (it may be contracted: the partial sums then stay in
+  its per-iteration buffer), and no other statement
   writes it (``fold.py`` checked that none reads it before the epilogue): between the
   contraction's first tile of an element and its last nothing reads that element of
   ``O``.
@@ -32,12 +33,12 @@ from .decisions import Decision
 from .fold import offsets_of
 
 
-def aliases(scop, folds, fills, packed, contracted) -> list:
+def aliases(scop, folds, fills, packed) -> list:
     """``alias`` Decisions (subject ``T``, fact ``into``: ``O``) for the ``fold``
     decisions ``folds`` whose contraction's result can live in its epilogue's result
-    (see the module's doc); ``fills``, ``packed``, ``contracted``: tensor names that
-    the runtime fills, that a pack copies, that a ``contract`` decision keeps per
-    thread."""
+    (see the module's doc); ``fills``, ``packed``: tensor names that the runtime fills,
+    that a pack copies.  ``T`` is then not contracted (``contract.py``); ``O`` may be:
+    the contraction's instances, where its epilogue runs, have ``O``'s box offsets."""
     by_name = {s.name: s for s in scop.stmts}
     temps = {t.name: t for t in scop.program.temporaries}
     out = []
@@ -47,7 +48,7 @@ def aliases(scop, folds, fills, packed, contracted) -> list:
             continue
         s, e = by_name[d.subject].stmt, by_name[f["epilogue"]].stmt
         t, o = s.tensor, e.tensor
-        if t not in temps or o == t or {t, o} & (set(fills) | set(packed) | set(contracted)):
+        if t not in temps or o == t or {t, o} & (set(fills) | set(packed)):
             continue
         tensor_o = scop.program.tensor(o)
         if tensor_o.dtype != temps[t].dtype or scop.shapes.get(t) != scop.shapes.get(o):

@@ -37,7 +37,9 @@ def contract(schedule, scop, fills, packed, l2: int, folds=()) -> list:
     """``contract`` Decisions for the temporaries of ``scop`` that can live in one
     iteration of a parallel loop of ``schedule`` (see the module's doc).  ``folds``: the
     ``fold`` decisions (``tiling/fold.py``): a folded init writes what its contraction
-    writes (its accesses add nothing); a tensor a folded epilogue touches stays whole."""
+    writes (its accesses add nothing); a folded epilogue runs no loops of its own, its
+    instances in its contraction's register tiles: its accesses count as those of the
+    contraction's instances that write the elements it reads (``_epilogues``)."""
     marks: list = []
 
     def find(node):
@@ -49,9 +51,14 @@ def contract(schedule, scop, fills, packed, l2: int, folds=()) -> list:
 
     schedule.get_root().foreach_descendant_top_down(find)
     inits = {d.facts["init"] for d in folds} - {None}
-    epilogues = {d.facts["epilogue"] for d in folds} - {None}
+    epilogues = _epilogues(scop, folds)
+    # a result only its folded epilogue reads is handed over in registers (its array
+    # holds at most partial sums between reduction tiles: ``alias.py``)
+    dead = {next(x for x in scop.stmts if x.name == d.subject).stmt.tensor
+            for d in folds if d.facts.get("_dead")}
     temps = {t.name: (t, _accesses(scop, t.name, inits, epilogues))
-             for t in scop.program.temporaries if t.name not in fills and t.name not in packed}
+             for t in scop.program.temporaries
+             if t.name not in fills and t.name not in packed and t.name not in dead}
     out = []
     for mark in marks:
         budget = min(LIMIT, l2 // 2)
@@ -66,7 +73,7 @@ def contract(schedule, scop, fills, packed, l2: int, folds=()) -> list:
             # (reused by the iterations of inner loops, which one thread runs in turn)
             chosen = slot = None
             for band, members in reversed(_loops(mark.child(0))):
-                d = _one(mark, band, members, scop, t, *found)
+                d = _one(mark, band, members, scop, t, *found, epilogues)
                 if d is None:
                     continue
                 if d.facts["_bytes"] <= budget:
@@ -105,12 +112,47 @@ def text(decisions) -> str:
         "(none)"
 
 
-def _accesses(scop, tensor: str, inits=frozenset(), epilogues=frozenset()):
+def _epilogues(scop, folds) -> dict:
+    """Folded epilogue -> ``(its contraction, the map from the contraction's instances
+    to the epilogue's instances that read what they write)``: an epilogue instance runs
+    in the register tile of those instances, at their loops' values."""
+    out = {}
+    for d in folds:
+        e = d.facts.get("epilogue")
+        t = next(x for x in scop.stmts if x.name == d.subject).stmt.tensor
+        w = _union([m for m in _maps(scop.writes, d.subject)
+                    if m.get_tuple_name(isl.dim_type.out) == t])
+        r = _union([m for m in _maps(scop.reads, e)
+                    if m.get_tuple_name(isl.dim_type.out) == t]) if e else None
+        if w is not None and r is not None:
+            out[e] = (d.subject, w.apply_range(r.reverse()))
+    return out
+
+
+def _maps(accesses, name: str) -> list:
+    """The maps of statement ``name`` among ``accesses`` (a union map)."""
+    out: list = []
+    accesses.foreach_map(
+        lambda m: out.append(m) if m.get_tuple_name(isl.dim_type.in_) == name else None)
+    return out
+
+
+def _union(maps: list):
+    if not maps:
+        return None
+    u = isl.UnionMap.from_map(maps[0])
+    for m in maps[1:]:
+        u = u.union(isl.UnionMap.from_map(m))
+    return u
+
+
+def _accesses(scop, tensor: str, inits=frozenset(), epilogues=None):
     """``(maps, union)``: the accesses of ``tensor``, one map per statement access
-    (but the folded ``inits``'), and their union; None when one has a subscript isl
-    cannot describe (the whole array may be touched), a folded epilogue touches it, or
-    there is none."""
+    (but the folded ``inits``'; a folded epilogue's as its contraction's, see
+    ``_epilogues``), and their union; None when one has a subscript isl cannot
+    describe (the whole array may be touched), or there is none."""
     touching: list = []
+    epilogues = epilogues or {}
 
     def keep(m):
         if m.get_tuple_name(isl.dim_type.out) == tensor and \
@@ -118,11 +160,20 @@ def _accesses(scop, tensor: str, inits=frozenset(), epilogues=frozenset()):
             touching.append(m)
 
     scop.reads.union(scop.writes).foreach_map(keep)
-    if any(m.get_tuple_name(isl.dim_type.in_) in epilogues for m in touching):
-        return None
     if not touching or any(_guarded(scop, m.get_tuple_name(isl.dim_type.in_), tensor)
                            for m in touching):
         return None
+    moved = []
+    for m in touching:
+        e = m.get_tuple_name(isl.dim_type.in_)
+        if e in epilogues:
+            try:
+                m = isl.Map.from_union_map(epilogues[e][1].apply_range(
+                    isl.UnionMap.from_map(m)))
+            except isl.Error:
+                return None
+        moved.append(m)
+    touching = moved
     acc = isl.UnionMap.from_map(touching[0])
     for m in touching[1:]:
         acc = acc.union(isl.UnionMap.from_map(m))
@@ -141,10 +192,10 @@ def _loops(band) -> list:
     return out
 
 
-def _one(mark, band, members: int, scop, t, touching, acc):
+def _one(mark, band, members: int, scop, t, touching, acc, epilogues=None):
     """The ``contract`` decision for ``t`` (accessed by ``touching``, whose union is
     ``acc``) per iteration of the loops through the first ``members`` members of
-    ``band`` (at or below ``mark``), or None."""
+    ``band`` (at or below ``mark``), or None.  ``epilogues``: ``_epilogues``."""
     depth = int(mark.mark_get_id().get_name().partition(":")[2])
     prefix = _prefix(band, members, scop)
     if prefix is None:
@@ -170,13 +221,20 @@ def _one(mark, band, members: int, scop, t, touching, acc):
     n = 1
     for e in extents:
         n *= e
-    # per statement: the box's offsets as affine expressions of its indices
+    # per statement: the box's offsets as affine expressions of its indices (a folded
+    # epilogue's at the loops' values of the contraction instances it runs after)
     stmt_offsets = {}
-    for m in touching:
-        name = m.get_tuple_name(isl.dim_type.in_)
-        if name in stmt_offsets:
-            continue
-        sched = prefix.intersect_domain(isl.UnionSet.from_set(m.domain()))
+    names = {m.get_tuple_name(isl.dim_type.in_): isl.UnionSet.from_set(m.domain())
+             for m in touching}
+    for e, (s, corr) in (epilogues or {}).items():
+        if s in names and any(m.get_tuple_name(isl.dim_type.out) == t.name
+                              for m in _maps(scop.reads.union(scop.writes), e)):
+            names[e] = corr
+    for name, where in names.items():
+        if isinstance(where, isl.UnionMap):
+            sched = where.reverse().apply_range(prefix)
+        else:
+            sched = prefix.intersect_domain(where)
         try:
             pma = isl.PwMultiAff.from_map(isl.Map.from_union_map(sched))
         except isl.Error:
