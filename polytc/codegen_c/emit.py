@@ -224,8 +224,7 @@ class CEmitter:
                 return []
             if name in self.packs:
                 args = [isl_expr(call.op_get_arg(i + 1)) for i in range(call.op_get_n_arg() - 1)]
-                return [c.Statement(self.packs[name].copy(args, self.shapes, self.env,
-                                                          self.sites))]
+                return [c.Statement(self.packs[name].copy(args, self))]
             sst, printer = self.instance(n)
             if sst.name in self.folds:
                 return self.folds[sst.name].instance(self, sst, printer)
@@ -428,12 +427,17 @@ class CEmitter:
         packed = {t: q for t, q in self.packed.get(sst.name, {}).items()
                   if q.name not in self.direct}
         p = PackPrinter(packed, *args) if packed else ExprPrinter(*args)
-        p.locals = {t: lc.at(sst, vars) for t, lc in self.locals.items() if sst.name in lc.offsets}
-        p.aliases = self.aliases
-        self.touched += [(t, self.outlining > 0) for t in p.locals]
+        self.localised(p, sst, vars)
         if self.reciprocal:
             p.varying = tuple(self.iters[-1:])
         return p
+
+    def localised(self, p, sst, vars: dict) -> None:
+        """``p`` (a printer of ``sst`` at the index values ``vars``) reading and writing
+        the contracted and aliased temporaries where they are."""
+        p.locals = {t: lc.at(sst, vars) for t, lc in self.locals.items() if sst.name in lc.offsets}
+        p.aliases = self.aliases
+        self.touched += [(t, self.outlining > 0) for t in p.locals]
 
     def function(self, ast, fname: str, fills=None) -> str:
         """The kernel: ``int fname(inputs..., outputs..., temporaries..., prepacked...)``

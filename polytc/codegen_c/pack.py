@@ -141,8 +141,9 @@ class Packed:
                      (f"{dst} = ({inside}) ? {src} : 0;" if inside else f"{dst} = {src};"))
         return "\n".join(lines) + "\n}\n"
 
-    def copy(self, args: list, shapes, env, sites) -> str:
-        """The copy statement of one instance ``packN[t..., p, k..., l]``."""
+    def copy(self, args: list, em) -> str:
+        """The copy statement of one instance ``packN[t..., p, k..., l]`` (``em``: the
+        ``CEmitter``; the operand may be a contracted temporary of the statement)."""
         nk = len(self.red)
         t, p, ks, lane = args[:-(nk + 2)], args[-(nk + 2)], args[-(nk + 1):-1], args[-1]
         vars = {}
@@ -153,8 +154,9 @@ class Packed:
                                          f"{self.nr}L * {p} + {lane})"
         for (v, _), k in zip(self.red, ks):
             vars[self.sst.vars[v]] = f"({vars[self.sst.vars[v]]} + {k})"
-        src = ExprPrinter(shapes, env, vars, frozenset(), sites).expr(self.read)
-        return f"{self.element(p, self._koff(ks), lane)} = {src}"
+        printer = ExprPrinter(em.shapes, em.env, vars, frozenset(), em.sites)
+        em.localised(printer, self.sst, vars)
+        return f"{self.element(p, self._koff(ks), lane)} = {printer.expr(self.read)}"
 
 
 class PackPrinter(ExprPrinter):

@@ -54,7 +54,7 @@ def transposed_copy(em, n) -> list | None:
 
     def copy(lane: str, k: str) -> tuple[str, str] | None:
         sub = [re.sub(rf"\b{kit}\b", k, re.sub(rf"\b{lit}\b", lane, a)) for a in args]
-        dst, src = p.copy(sub, em.shapes, em.env, em.sites).split(" = ", 1)
+        dst, src = p.copy(sub, em).split(" = ", 1)
         return (dst, src) if re.fullmatch(r"\w+\[[^?]*\]", src) else None
 
     k0 = f"({start} + pt_kc)"

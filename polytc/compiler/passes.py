@@ -136,8 +136,11 @@ def p_contract(b: Build) -> Build:
     folds = [d for d in b.tiling if d.kind == "fold"]
     # a contraction's partial sums kept in its epilogue's result need no buffer at all
     kept = aliases(b.scop, folds, b.fills, packed)
+    # an operand packed at each call may be contracted (its copy reads it where it is);
+    # one packed once, before the first call, is a constant
+    once = {d.facts["tensor"] for d in b.tiling if d.kind == "pack" and d.facts.get("_box")}
     found = contract(current_schedule(b), b.scop, b.fills,
-                     packed | {d.subject for d in kept}, host().l2, folds)
+                     once | {d.subject for d in kept}, host().l2, folds, packed - once)
     found += kept
     return b.stage("contraction", contract_text(found), tiling=b.tiling + tuple(found))
 
