@@ -21,10 +21,9 @@ value.
 * the epilogue writes ``O(i...)`` from ``T(i...)`` at exactly its own indices (no
   constant added: not the inside of a padded buffer), ``O`` is filled by no one before
   the kernel and packed by no pack (it may be contracted: the partial sums then stay in
-  its per-iteration buffer), and no other statement
-  writes it (``fold.py`` checked that none reads it before the epilogue): between the
-  contraction's first tile of an element and its last nothing reads that element of
-  ``O``.
+  its per-iteration buffer), and no other statement writes it (``fold.py`` checked that
+  none reads it before the epilogue): between the contraction's first tile of an
+  element and its last nothing reads that element of ``O``.
 """
 from __future__ import annotations
 
