@@ -6,9 +6,10 @@ or the result of an earlier step), (2) neither it nor the group is ``opaque``, (
 group holds at most one contraction, and never a contraction and a reduction together —
 so a group is either elementwise and data-movement ops around one MatMul/Conv (a prologue
 and an epilogue: bias, activation, residual), or a chain of elementwise, reduction and
-movement ops (softmax, layer norm, pooling), which isl fuses into one loop nest — and (4) the
-group stays
-under ``MAX_STATEMENTS``, which bounds isl's scheduling time.  (5) A reduction of a
+movement ops (softmax, layer norm, pooling), which isl fuses into one loop nest; but an
+attention (a batched product's scores, their last-axis softmax and its product with the
+values: ``_attention``) is one group, run per batch element and head — and (4) the group
+stays under ``MAX_STATEMENTS``, which bounds isl's scheduling time.  (5) A reduction of a
 whole tensor to one value starts a group: it needs all of its input before anything
 reads it, and in the group of that input's producer (a layer norm) isl's scheduler ran
 past its 8 s limit looking for a fused schedule.  Inside a group isl decides
