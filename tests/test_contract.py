@@ -333,3 +333,22 @@ def test_a_folded_epilogues_result_is_contracted(c):
                polytc.Options(parallel_min_points=1), atol=1e-3)
     assert contracted(ck)["R"]["loop"] == "c0" and ck.temps == []
     assert "alias T; into R" in ck.stages["contraction"]
+
+
+# the same epilogue writing the inside of a padded temporary (graph/padplace.py)
+SHIFTED_TEMP = """
+def f(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(F) b) -> (Y) {
+    T(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+    O(n, f, h, w) = fmax(T(n, f, h - 1, w - 2) + b(f), 0.0) where h in 1:H-KH+2, w in 2:W-KW+3
+    Y(n, f, h, w) = O(n, f, h + 1, w + 2) * 2.0 where h in 0:H-KH+1, w in 0:W-KW+1
+}"""
+
+
+@pytest.mark.parametrize("c", [5, 70])
+def test_a_shifted_epilogues_result_is_contracted(c):
+    """The epilogue's instances map to the contraction's through the elements they share,
+    shifts included: its padded result is kept per image too."""
+    ck = check(SHIFTED_TEMP, [(3, c, 10, 37), (7, c, 3, 3), (7,)],
+               polytc.Options(parallel_min_points=1), atol=1e-3)
+    # (T, read shifted, keeps an array: it holds partial sums where the reduction is split)
+    assert contracted(ck)["O"]["loop"] == "c0" and len(ck.temps) == 1
