@@ -320,6 +320,13 @@ def test_attention_is_one_group():
         whole = ["MatMul", "Div", "Add", "Softmax", "MatMul", "Transpose"]
         assert (ops == [whole]) == fused, (kw, ops)
         assert fused or ["Softmax"] in ops  # (not with the scores alone either)
+        if fused:  # per batch element and head, the transpose back included: the
+            # scores and their softmax one head's each (fusion._matched)
+            plan = steps_of(sess)
+            stage = plan.kernels[plan.steps[0].name].stages["contraction"]
+            # (a returned softmax is an output: its scores alone are a head's)
+            assert stage.count("buffer 1x1x24x24") == (1 if kw else 2), stage
+            assert "1x4x" not in stage
         vf = kw.get("values_first", False)
         v = rng.standard_normal((2, 4, 24, 24 if vf else 16)).astype(F)
         got = sess.run(None, {"q": q, "kt": kt, "v": v, "mask": mask})[0]

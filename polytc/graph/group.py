@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from .ops import tc_type
 
 MAX_STATEMENTS = 24
-#: attentions (a batched product, its softmax, the product with the values) fuse
-ATTENTION = True
 
 
 @dataclass
@@ -113,7 +111,8 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
     steps: list = []
     where: dict = {}  # value -> the step that produces it
     joins = _in_place_concats(bound) if join else {}
-    deferred = _deferred(bound) if fuse else set()
+    readers = g.consumers()
+    deferred = _deferred(bound, readers) if fuse else set()
     waiting: dict = {}  # value -> (node, lowered) of a deferred node that makes it
     for n in g.nodes:
         outs = [o for o in n.outputs if o]
@@ -137,7 +136,7 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
         low = bound.lowered[n.name]
         # the deferred transposes it reads run first, in its group
         before = [waiting.pop(i) for i in dict.fromkeys(n.inputs) if i in waiting]
-        target = _target(n, low, steps, where, bound) if fuse else None
+        target = _target(n, low, steps, where, bound, readers) if fuse else None
         if target is not None and (len(target.stmts) + len(low.stmts) + sum(
                 len(lw.stmts) for _, lw in before) > MAX_STATEMENTS or any(
                 where[i].position > target.position for m, _ in before
@@ -146,9 +145,8 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
         if target is None:
             target = Group(f"g{len(steps)}", position=len(steps))
             steps.append(target)
-        if fuse and n.op == "Softmax" and target.nodes and ATTENTION and \
-                _attention(n, low, target, bound):
-            target.attention = True
+        # (a softmax joins a product's group only as an attention's: ``_target``)
+        target.attention |= n.op == "Softmax" and "contraction" in target.kinds
         for m, lw in before + [(n, low)]:
             target.nodes.append(m)
             target.stmts.extend(lw.stmts)
@@ -162,14 +160,13 @@ def form_groups(bound, fuse: bool = True, join: bool = False) -> list:
     return steps
 
 
-def _deferred(bound) -> set:
+def _deferred(bound, readers: dict) -> set:
     """The transposes whose one result, not a graph output, only one node reads, a
     contraction, and no view: each joins its reader's group (its
     statements first), instead of a group of its own that writes the moved copy to
     memory for the reader to read again (a transformer layer's query and value
     transposes, read by the attention's products)."""
     g = bound.graph
-    readers = g.consumers()
     out = set()
     for n in g.nodes:
         low = bound.lowered.get(n.name)
@@ -235,8 +232,9 @@ def _in_place_concats(bound) -> dict:
     return out
 
 
-def _target(n, low, steps, where, bound):
-    """The group node ``n`` may join, or None."""
+def _target(n, low, steps, where, bound, readers: dict):
+    """The group node ``n`` may join, or None (``readers``: value -> the nodes that
+    read it)."""
     producers = [where[i] for i in n.inputs if i in where]
     groups = [s for s in producers if isinstance(s, Group)]
     if not groups or low.kind == "opaque":
@@ -250,7 +248,7 @@ def _target(n, low, steps, where, bound):
     mixed = {"contraction", "reduction"} <= last.kinds | {low.kind}
     after_attention = last.attention and low.kind in ("elementwise", "movement")
     if (two_products or mixed and not after_attention) and \
-            not (ATTENTION and _attention(n, low, last, bound)):
+            not _attention(n, low, last, bound, readers):
         return None  # isl keeps them apart anyway; alone, the reductions fuse by rows
     if len(last.stmts) + len(low.stmts) > MAX_STATEMENTS:
         return None
@@ -259,7 +257,7 @@ def _target(n, low, steps, where, bound):
     return last
 
 
-def _attention(n, low, last, bound) -> bool:
+def _attention(n, low, last, bound, readers: dict) -> bool:
     """Whether ``n`` continues an attention in ``last``: the last-axis ``Softmax`` of the
     scores of the one batched product in ``last`` (which holds no reduction yet), or
     the product of that softmax, made last in ``last``, with the values (``last`` then
@@ -272,11 +270,10 @@ def _attention(n, low, last, bound) -> bool:
         return False
     if n.op == "Softmax":  # (and its one reader is the product with the values)
         x = bound.refs[n.inputs[0]]
-        readers = bound.graph.consumers().get(n.outputs[0], [])
+        rs = readers.get(n.outputs[0], [])
         return "reduction" not in last.kinds and n.inputs[0] in last.produced and \
             int(n.attr("axis", -1)) % len(x.shape) == len(x.shape) - 1 and \
-            len(readers) == 1 and readers[0].op == "MatMul" and \
-            readers[0].inputs[0] == n.outputs[0]
+            len(rs) == 1 and rs[0].op == "MatMul" and rs[0].inputs[0] == n.outputs[0]
     return n.op == "MatMul" and low.kind == "contraction" and last.attention and \
         last.nodes[-1].op == "Softmax" and n.inputs[0] == last.nodes[-1].outputs[0] and \
         len(bound.refs[n.outputs[0]].shape) >= 3

@@ -181,7 +181,7 @@ def batch_fused(scop: Scop, deps: Dependences) -> isl.Schedule | None:
     cap = min(len(s.stmt.indices) - 2 for s in products)
     if all(_extent(s, d) == 1 for s in bodies for d in range(min(cap, len(s.vars)))):
         return None  # a batch of one: fused over it, nothing would run in parallel
-    return shared_rows(scop, deps, cap, permuted=True) if cap >= 1 else None
+    return shared_rows(scop, deps, cap, anchor=products[0]) if cap >= 1 else None
 
 
 def _batch_indices(sst, others=()) -> int:
@@ -232,7 +232,7 @@ def _points(sst, k: int) -> int:
 
 
 def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None,
-                permuted: bool = False) -> isl.Schedule | None:
+                anchor=None) -> isl.Schedule | None:
     """Max fusion by construction, without isl's scheduler, for a program whose
     statements, connected by their dependences, all run over the same leading indices
     (rows: ``n`` of a softmax, ``n, g`` of a group norm) and no dependence crosses from
@@ -240,7 +240,10 @@ def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None,
     that holds, at most ``cap``) become one band of parallel loops, and below it the
     statements run in program order, each over its other indices (legal: within a row,
     program order is the original order).  isl's scheduler would find the same band, but
-    on a 5-d group norm it runs for seconds.  None when no leading index is shared so."""
+    on a 5-d group norm it runs for seconds.  ``anchor`` (a statement): where the
+    leading indices fall short of ``cap``, each statement's band may run over the
+    variables that the dependences relate to ``anchor``'s first ``cap`` result indices,
+    in any position (``_matched``).  None when no leading index is shared so."""
     if len(scop.stmts) < 2:
         return None
     k = min([len(s.vars) for s in scop.stmts] + ([cap] if cap is not None else []))
@@ -257,8 +260,8 @@ def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None,
                 break
             k -= 1
     fused = {s.name: list(range(k)) for s in scop.stmts}
-    if permuted and cap is not None and k < cap:
-        found = _matched(scop, maps, cap)
+    if anchor is not None and cap is not None and k < cap:
+        found = _matched(scop, maps, anchor, cap)
         if found is not None:
             k, fused = cap, found
     if k == 0:
@@ -277,13 +280,12 @@ def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None,
     return schedule if respects(schedule, deps.validity) else None
 
 
-def _matched(scop: Scop, maps: list, k: int) -> dict | None:
+def _matched(scop: Scop, maps: list, first, k: int) -> dict | None:
     """Statement -> the positions of its variables that run along the first ``k`` indices
-    of the first contraction's result, each dependence relating them one to one (a
+    of the result of ``first`` (a product), each dependence relating them one to one (a
     statement that transposes the batch and heads of attention's result back to the
     sequence's order runs the heads as its third variable), or None where some
     statement has no such variables."""
-    first = next(s for s in scop.stmts if s.kind == "body" and s.stmt.reduction_vars)
     out = {first.name: [first.vars.index(i) for i in first.stmt.indices[:k]]}
     by_name = {s.name: s for s in scop.stmts}
     grown = True

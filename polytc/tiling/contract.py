@@ -59,8 +59,8 @@ def contract(schedule, scop, fills, packed, l2: int, folds=(), copied=frozenset(
     epilogues = _epilogues(scop, folds)
     # a result only its folded epilogue reads is handed over in registers (its array
     # holds at most partial sums between reduction tiles: ``alias.py``)
-    dead = {next(x for x in scop.stmts if x.name == d.subject).stmt.tensor
-            for d in folds if d.facts.get("_dead")}
+    target = {x.name: x.stmt.tensor for x in scop.stmts}
+    dead = {target[d.subject] for d in folds if d.facts.get("_dead")}
     temps = {t.name: (t, _accesses(scop, t.name, inits, epilogues))
              for t in scop.program.temporaries
              if t.name not in fills and t.name not in packed and t.name not in dead}
@@ -119,18 +119,21 @@ def text(decisions) -> str:
 
 def _epilogues(scop, folds) -> dict:
     """Folded epilogue -> ``(its contraction, the map from the contraction's instances
-    to the epilogue's instances that read what they write)``: an epilogue instance runs
-    in the register tile of those instances, at their loops' values."""
+    to the epilogue's instances that read what they write, the tensors the epilogue
+    touches)``: an epilogue instance runs in the register tile of those instances, at
+    their loops' values."""
     out = {}
+    target = {x.name: x.stmt.tensor for x in scop.stmts}
     for d in folds:
-        e = d.facts.get("epilogue")
-        t = next(x for x in scop.stmts if x.name == d.subject).stmt.tensor
+        e, t = d.facts.get("epilogue"), target[d.subject]
         w = _union([m for m in _maps(scop.writes, d.subject)
                     if m.get_tuple_name(isl.dim_type.out) == t])
         r = _union([m for m in _maps(scop.reads, e)
                     if m.get_tuple_name(isl.dim_type.out) == t]) if e else None
         if w is not None and r is not None:
-            out[e] = (d.subject, w.apply_range(r.reverse()))
+            touched = {m.get_tuple_name(isl.dim_type.out)
+                       for m in _maps(scop.reads.union(scop.writes), e)}
+            out[e] = (d.subject, w.apply_range(r.reverse()), touched)
     return out
 
 
@@ -231,9 +234,8 @@ def _one(mark, band, members: int, scop, t, touching, acc, epilogues=None):
     stmt_offsets = {}
     names = {m.get_tuple_name(isl.dim_type.in_): isl.UnionSet.from_set(m.domain())
              for m in touching}
-    for e, (s, corr) in (epilogues or {}).items():
-        if s in names and any(m.get_tuple_name(isl.dim_type.out) == t.name
-                              for m in _maps(scop.reads.union(scop.writes), e)):
+    for e, (s, corr, touched) in (epilogues or {}).items():
+        if s in names and t.name in touched:
             names[e] = corr
     for name, where in names.items():
         if isinstance(where, isl.UnionMap):
