@@ -3,6 +3,7 @@ first run, or at the second when the first batch is 1) and serves every later ba
 without a compile (``polytc/graph/dynamic.py``, docs/dynamic.md)."""
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -244,6 +245,40 @@ def test_the_kernels_temporaries_start_with_anything():
     got = sess.run(None, feeds)
     for x, y in zip(got, want):
         np.testing.assert_array_equal(x, y)
+
+
+
+def _linux_at_least(major, minor):
+    try:
+        got = tuple(int(x) for x in os.uname().release.split(".")[:2])
+    except (AttributeError, ValueError):
+        return False
+    return got >= (major, minor)
+
+
+@pytest.mark.skipif(not _linux_at_least(5, 14), reason="MADV_POPULATE_WRITE: Linux 5.14")
+def test_a_grown_arena_faults_its_new_pages_in_at_once():
+    """The part of a reserved buffer that a plan uses first is faulted in when the plan
+    is made, over the threads (``Arena.populate``): the run then touches no new page."""
+    import resource
+
+    from polytc.graph.plan import Arena
+    from polytc.runtime import memory
+
+    if memory.reserve(1 << 20) is None:
+        pytest.skip("no address space to reserve here")
+    arena = Arena(grow=True)
+    for k, nbytes in ((0, 3 << 20), (1, 3 << 19), (0, 5 << 20)):  # the last grows 0
+        buf = arena.take(k, nbytes)
+        arena.populate()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        buf[:nbytes:4096] = 1
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 16
+    ranges = [(buf, 0, 3 << 20), (buf, 7 << 20, 8 << 20)]  # split over 4 threads
+    memory.populate(ranges, 4)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    buf[7 << 20:8 << 20:4096] = 2
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 16
 
 
 def test_an_arena_without_room_to_reserve_grows_by_new_buffers(monkeypatch):

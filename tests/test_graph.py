@@ -356,6 +356,30 @@ def test_arena_reuses_buffers_and_outputs_are_fresh():
     np.testing.assert_array_equal(y1, keep)  # a later run does not overwrite results
 
 
+
+def test_a_value_larger_than_every_free_buffer_grows_one():
+    """A value that no free buffer holds grows the largest free one instead of taking a
+    buffer of its own (a transformer layer's FFN product after its attention's values):
+    the arena is the largest live set, not the sum of the sizes."""
+    w = np.full((16, 64), 1 / 16, F)
+    # a and b (16 x 16) die before c (16 x 64) is made; d reads c
+    nodes = [node("Exp", ["x"], ["a"]), node("Exp", ["a"], ["b"]),
+             node("MatMul", ["b", "w"], ["c"]), node("Exp", ["c"], ["d"]),
+             node("MatMul", ["d", "u"], ["y"])]
+    u = np.ones((64, 1), F)
+    m = model(nodes, [("x", TP.FLOAT, [16, 16])], [("y", TP.FLOAT, [16, 1])],
+              [("w", w), ("u", u)])
+    sess = polytc.onnx.compile(m, fuse=False)
+    plan = steps_of(sess)
+    refs = plan.bound.refs
+    live = max(refs[u].size + refs[v].size for u, v in (("a", "b"), ("b", "c"), ("c", "d")))
+    assert plan.arena_bytes == live * 4  # (c and d live at once, in two buffers)
+    assert plan.slot["c"][0] == plan.slot["a"][0]
+    x = np.random.default_rng(1).standard_normal((16, 16)).astype(F) * 0.1
+    want = np.exp(np.exp(np.exp(x)) @ w) @ u
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5)
+
+
 def test_symbolic_batch_compiles_once_per_shape():
     m = model([node("Relu", ["x"], ["y"])], [("x", TP.FLOAT, ["N", 3])],
               [("y", TP.FLOAT, ["N", 3])])

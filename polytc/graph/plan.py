@@ -25,14 +25,15 @@ import time
 import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import backends, config
+from .. import backends, config, machine
 from ..diagnostics import (CompilationError, InternalError, KernelRuntimeError, ModelError,
                            PolytcError, Source)
 from ..kernel import Kernel
 from ..lang.inline import inline_temporaries
 from ..lang.parser import parse
 from ..lang.sema import check
-from ..runtime.memory import aligned_copy, aligned_empty, huge_empty, is_aligned, reserve
+from ..runtime.memory import (aligned_copy, aligned_empty, huge_empty, is_aligned,
+                              populate, reserve)
 from .bind import bind
 from .group import Group, Join, View, canonical, form_groups
 from .padplace import PADS_IN_PLACE, pads_in_place
@@ -242,6 +243,12 @@ class Plan:
                 b = min(fit, key=lambda b: (held[b] is None or held[b] != border.get(v),
                                             sizes[b]))
                 free.remove(b)
+            elif free:  # the largest free buffer grows: less memory than a new one
+                # (a transformer layer's FFN product took a buffer of its own beside
+                # the free ones of the attention's: 67 -> 59 MB at batch 64)
+                b = max(free, key=lambda b: sizes[b])
+                free.remove(b)
+                sizes[b] = need
             else:
                 b = len(sizes)
                 sizes.append(need)
@@ -276,6 +283,10 @@ class Plan:
         #: group -> its kernel's temporaries (``Arena.scratch``; the native entry point's)
         self.scratch = self._memory.scratch({s.name: self.kernels[s.name] for s in self.steps
                                              if isinstance(s, Group)})
+        # the pages no earlier plan touched, faulted in now on every thread (a transformer
+        # layer exported with a symbolic batch, its new batch of 64 after 32: 16 -> 10 ms
+        # in one process)
+        self._memory.populate()
         for v, (b, at) in self.slot.items():
             r = refs[v]
             self.placed[v] = arena[b][at:at + r.size * r.dtype.itemsize].view(
@@ -458,17 +469,32 @@ class Arena:
         self.lock = threading.Lock()
         self._grow = grow
         self._buffers: dict = {}
+        #: reserved buffer -> the bytes of it that plans have used (their pages touched)
+        self._used: dict = {}
+        self._new: list = []  # (buffer, start, stop): bytes given out, not yet touched
         #: (the kernel's shared object, its weights' names) -> its packed weights
         self.prepacked: dict = {}
 
     def take(self, k, nbytes: int) -> np.ndarray:
-        """Buffer ``k``, of ``nbytes`` or more."""
+        """Buffer ``k``, of ``nbytes`` or more.  A reserved buffer's part that no plan
+        used before is faulted in by ``populate``."""
         buf = self._buffers.get(k)
         if buf is None or buf.size < nbytes:
             grown = nbytes if buf is None else max(nbytes, 2 * buf.size)
             buf = reserve(grown) if self._grow else None
+            self._used[k] = 0 if buf is not None else None
             buf = self._buffers[k] = huge_empty(grown) if buf is None else buf
+        used = self._used.get(k)
+        if used is not None and nbytes > used:
+            self._new.append((buf, used, nbytes))
+            self._used[k] = nbytes
         return buf
+
+    def populate(self) -> None:
+        """Fault in the parts of reserved buffers that ``take`` gave out first since the
+        last call, all at once on every thread (``memory.populate``)."""
+        new, self._new = self._new, []
+        populate(new, machine.threads())
 
     def scratch(self, kernels: dict) -> dict:
         """Group -> the temporaries of its compiled kernel (``kernels``: group ->
