@@ -74,6 +74,30 @@ def test_quiet_machine_probes_rarer_until_a_neighbour_comes():
     assert sum(cost(n) for n in used[:k]) <= LOOK_S + PROBE_MAX_S + 0.1, clock.t - t0
 
 
+
+def test_a_transient_that_moved_to_one_thread_is_probed_again_soon():
+    """A new plan's two-thread runs slow for a while on a quiet machine (a VM running
+    both threads on one CPU after a compile): the governor moves to one thread, and its
+    probes of two come back within PROBE_MAX_S, not QUIET_MAX_S, so it returns to two
+    once they are fast."""
+    clock = Clock()
+    gov = Governor(2, clock, Load(busy=False))
+
+    def cost(n):
+        if n == 1:
+            return 8e-5
+        return 2.5e-3 if clock.t < 0.3 else 5e-5
+
+    used = []
+    while clock.t < 0.3:
+        used += drive(gov, clock, cost, 1)
+    assert gov.current == 1
+    used = drive(gov, clock, cost, 100000)
+    assert gov.current == 2
+    back = next(k for k in range(len(used)) if used[k:k + 50] == [2] * 50)
+    assert back * 8e-5 < 2 * PROBE_MAX_S + 0.5
+
+
 def test_busy_neighbour_moves_to_one_thread_and_back():
     clock = Clock()
     gov = Governor(2, clock, Load())
