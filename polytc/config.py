@@ -13,6 +13,9 @@
 ``POLYTC_NUM_THREADS``  OpenMP threads for kernels (default: ``OMP_NUM_THREADS`` or all)
 ``POLYTC_ADAPTIVE_THREADS`` ``0``: a model's runs always use all threads (default: one
                         thread while that is faster, a busy machine; graph/governor.py)
+``POLYTC_PIN_THREADS``  ``0``: a model's runs leave OpenMP's worker threads where Linux puts
+                        them (default: each on a CPU other than the calling thread's;
+                        runtime/executor.py)
 ``GOMP_SPINCOUNT``      how long libgomp's idle threads spin before they sleep; polytc
                         sets 10000 before it loads libgomp unless this or
                         ``OMP_WAIT_POLICY`` is set (libgomp's default spins ~30x longer:
@@ -124,6 +127,10 @@ def num_threads() -> int | None:
 
 def adaptive_threads() -> bool:
     return os.environ.get("POLYTC_ADAPTIVE_THREADS", "1") != "0"
+
+
+def pin_threads() -> bool:
+    return os.environ.get("POLYTC_PIN_THREADS", "1") != "0"
 
 
 #: libgomp's spin count before an idle thread sleeps (see the table above): short

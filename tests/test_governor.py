@@ -2,6 +2,8 @@
 idle machine, one while a busy neighbour makes the team's barriers wait, all again after."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -194,3 +196,83 @@ def test_adaptive_threads_can_be_switched_off(monkeypatch):
     sess.run(None, {"input": np.ones((2, 8), np.float32)})
     (plan,) = sess._plans.values()
     assert plan.driver.governor is None
+
+
+def test_workers_are_pinned_while_the_machine_is_quiet_and_free_while_busy():
+    """``Placement`` pins OpenMP's workers (``runtime/executor.py``) on a quiet machine
+    and frees them while a look finds another process busy, looking at most every
+    LOOK_S."""
+    from polytc.graph.governor import Placement
+
+    clock, load, calls = Clock(), Load(busy=False), []
+    place = Placement(calls.append, clock, load)
+    for _ in range(10):
+        clock.t += 0.1
+        place.update()
+    assert calls == [] and place.on  # (on from the start: nothing to switch)
+    load.busy = True
+    clock.t += 0.5
+    place.update()
+    assert calls == [0] and not place.on
+    load.busy = False
+    clock.t += 0.5  # (under LOOK_S since the last look: no look)
+    place.update()
+    assert calls == [0]
+    clock.t += 0.6
+    place.update()
+    assert calls == [0, 1] and place.on
+
+
+def _masks():
+    """Thread id -> the CPUs it may run on, for this process's threads."""
+    import glob
+
+    out = {}
+    for path in glob.glob("/proc/self/task/*/status"):
+        try:
+            with open(path) as f:
+                fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:
+            continue
+        out[int(path.split("/")[4])] = fields.get("Cpus_allowed_list", "").strip()
+    return out
+
+
+def test_a_model_run_pins_its_workers_each_to_one_cpu(monkeypatch):
+    """After a run on all threads, OpenMP's worker may run on one CPU only (not the
+    caller's, which stays free); ``polytc_placement(0)`` (a busy machine) gives it the
+    caller's CPUs again."""
+    import os
+    import sys
+
+    from polytc.graph import examples, native
+    from polytc.runtime.executor import placement
+
+    if not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("pinning is for Linux with two CPUs or more")
+    monkeypatch.setenv("POLYTC_ADAPTIVE_THREADS", "0")
+    monkeypatch.setenv("POLYTC_NUM_THREADS", "2")
+
+    class Still:  # (no look at the machine during the test: the other tests load it)
+        def update(self):
+            pass
+
+    monkeypatch.setattr(native, "_PLACEMENT", [Still()])
+    m = examples.mlp(64, (256, 256, 10))
+    sess = polytc.onnx.compile(m)
+    feeds = {"input": np.ones((64, 256), np.float32)}
+    me = threading.get_native_id()
+    try:
+        placement()(1)
+        sess.run(None, feeds)
+        (plan,) = sess._plans.values()
+        if plan.driver.full < 2:
+            pytest.skip("one thread")
+        masks = _masks()
+        assert not masks[me].isdigit()
+        assert any(m.isdigit() for t, m in masks.items() if t != me)
+        placement()(0)
+        sess.run(None, feeds)
+        assert not any(m.isdigit() for m in _masks().values())
+    finally:
+        placement()(1)

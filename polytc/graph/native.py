@@ -35,11 +35,16 @@ from .. import config
 from ..diagnostics import KernelRuntimeError
 from ..machine import threads
 from ..runtime.memory import aligned_copy, allocator, is_aligned
-from ..runtime.executor import CALL, FILL, RUNS, executor, fill_word
+from ..runtime.executor import CALL, FILL, RUNS, executor, fill_word, placement
 from ..runtime.ffi import ffi
 from ..runtime.native import set_threads
-from .governor import Governor
+from .governor import Governor, Placement
 from .group import Group, View
+
+#: the process's ``Placement`` of OpenMP's workers (one: they are the process's), once a
+#: driver is loaded, unless ``POLYTC_PIN_THREADS=0``
+_PLACEMENT: list = []
+
 
 class Driver:
     """The native entry point of a host ``Plan`` (see the module docstring)."""
@@ -141,6 +146,8 @@ class Driver:
 
     def _load(self, fixed, n):
         self._exec = executor()
+        if not _PLACEMENT and config.pin_threads():
+            _PLACEMENT.append(Placement(placement()))
         self._fns = ffi.new("void *[]", [ffi.cast("void *", ffi.cast("uintptr_t", ck._argv))
                                          for ck in self.kernels] or 1)
         self._prog = ffi.from_buffer("int64_t[]", self._code)
@@ -162,6 +169,8 @@ class Driver:
         n = gov.threads() if gov is not None else self.full
         set_threads(n)
         t = ffi.NULL if times is None else ffi.from_buffer("double[]", times)
+        if n > 1 and _PLACEMENT:
+            _PLACEMENT[0].update()
         t0 = time.perf_counter()
         rc = self._exec(self._prog, len(self._code), self._fns, self._p, self._step, t)
         if gov is not None:

@@ -24,6 +24,55 @@ EXEC_SOURCE = r"""/* polytc's plan executor (polytc/graph/native.py) */
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#if defined(__linux__) && defined(_OPENMP) && !defined(PT_NO_PLACE)
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int sched_getcpu(void);
+
+/* OpenMP's worker threads, each pinned to a CPU other than the calling thread's (see
+   executor.py: placement), again whenever the caller is on another CPU than the last
+   time or its team size changed; left to Linux again while ``polytc_placement(0)``
+   (a busy machine) */
+static int pt_want = 1;
+static __thread int pt_placed_cpu = -1, pt_placed_team = 0;
+
+void polytc_placement(int on)
+{
+  __atomic_store_n(&pt_want, on, __ATOMIC_RELAXED);
+}
+
+static void pt_place(void)
+{
+  int team = omp_get_max_threads();
+  if (team < 2) return;
+  int want = __atomic_load_n(&pt_want, __ATOMIC_RELAXED);
+  int cpu = want ? sched_getcpu() : -1;
+  if (cpu == pt_placed_cpu && (cpu < 0 || team == pt_placed_team)) return;
+  unsigned long mask[16] = {0};  /* the caller's CPUs (1024 at most) */
+  if (syscall(SYS_sched_getaffinity, 0, sizeof mask, mask) <= 0) return;
+  pt_placed_cpu = cpu;
+  pt_placed_team = team;
+  int cpus[1024], n = 0;
+  for (int i = 0; i < 1024; ++i)
+    if (i != cpu && (mask[i / 64] >> (i % 64) & 1)) cpus[n++] = i;
+  if (n == 0) return;
+  #pragma omp parallel
+  {
+    int t = omp_get_thread_num();
+    if (t > 0) {
+      unsigned long one[16] = {0};
+      int c = cpus[(t - 1) % n];
+      one[c / 64] = 1UL << (c % 64);
+      /* (unplaced: the caller's CPUs, as a new thread has them) */
+      syscall(SYS_sched_setaffinity, 0, sizeof mask, cpu < 0 ? mask : one);
+    }
+  }
+}
+#else
+void polytc_placement(int on) { (void)on; }
+static void pt_place(void) {}
+#endif
 
 typedef int (*pt_kernel)(void *const *);
 
@@ -66,6 +115,7 @@ int polytc_exec(const int64_t *code, long n, void *const *fn, void *const *p, in
   void *args[code[0] > 0 ? code[0] : 1];  /* code[0]: the most arguments of a call */
   long at = 1, k = -1;
   double t0 = 0.0;
+  pt_place();
   while (at < n) {
     if (code[at + 1] != k) {  /* a new step */
       k = code[at + 1];
@@ -107,10 +157,24 @@ def fill_word(dtype, fill) -> tuple[int, int]:
 
 def executor():
     """``polytc_exec`` of this machine's build (``warm`` builds it in the background)."""
+    return _executor()[1]
+
+
+def placement():
+    """``polytc_placement(on)`` of the same library: OpenMP's workers pinned (1, the
+    default) or left to Linux (0) from the next run on."""
+    return _executor()[0].function("polytc_placement", "int", "void")
+
+
+def _executor():
+    from .. import config
+
     with _lock:
         if not _EXEC:
-            lib = Library(build_shared_object(EXEC_SOURCE, {"name": "polytc_exec"}))
+            source = EXEC_SOURCE if config.pin_threads() else \
+                "#define PT_NO_PLACE 1\n" + EXEC_SOURCE
+            lib = Library(build_shared_object(source, {"name": "polytc_exec"}))
             _EXEC.append((lib, lib.function(
                 "polytc_exec", "const int64_t *, long, void *const *, void *const *, "
                 "int *, double *")))
-    return _EXEC[0][1]
+    return _EXEC[0]
