@@ -199,10 +199,10 @@ def test_adaptive_threads_can_be_switched_off(monkeypatch):
 
 
 def test_workers_are_pinned_while_the_machine_is_quiet_and_free_while_busy():
-    """``Placement`` pins OpenMP's workers (``runtime/executor.py``) on a quiet machine
+    """``Placement`` pins OpenMP's workers (``runtime/placement.py``) on a quiet machine
     and frees them while a look finds another process busy, looking at most every
     LOOK_S."""
-    from polytc.graph.governor import Placement
+    from polytc.runtime.placement import Placement
 
     clock, load, calls = Clock(), Load(busy=False), []
     place = Placement(calls.append, clock, load)
@@ -245,8 +245,9 @@ def test_a_model_run_pins_its_workers_each_to_one_cpu(monkeypatch):
     import os
     import sys
 
-    from polytc.graph import examples, native
-    from polytc.runtime.executor import placement
+    from polytc.graph import examples
+    from polytc.runtime import placement as P
+    from polytc.runtime.executor import place, placement
 
     if not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("pinning is for Linux with two CPUs or more")
@@ -257,7 +258,7 @@ def test_a_model_run_pins_its_workers_each_to_one_cpu(monkeypatch):
         def update(self):
             pass
 
-    monkeypatch.setattr(native, "_PLACEMENT", [Still()])
+    monkeypatch.setattr(P, "_STATE", [Still(), place()])
     m = examples.mlp(64, (256, 256, 10))
     sess = polytc.onnx.compile(m)
     feeds = {"input": np.ones((64, 256), np.float32)}

@@ -32,8 +32,8 @@ A probe costs its burst's runs on one thread (ResNet-18 at batch 1: three runs o
 where they take 9 ms, every 2 s: 1-2% of a benchmark's time).  So the governor also looks
 at the machine (``Load``: the CPU time ``/proc/stat`` counts busy, less this process's,
 since the last look, at most every ``LOOK_S``): while no other process used
-``CROWDED`` of a core, the intervals between probes grow up to ``QUIET_MAX_S`` instead of
-``PROBE_MAX_S`` (a probe still finds where one thread is faster on an idle machine, and
+``CROWDED`` of a core (``runtime/placement.py``), the intervals between probes grow up to
+``QUIET_MAX_S`` instead of ``PROBE_MAX_S`` (a probe still finds where one thread is faster on an idle machine, and
 checks it now and then), straight to ``QUIET_MAX_S`` after a probe whose runs took over
 ``CLEAR`` times the current ones (a look at its end, ``MIN_LOOK_S`` after the last: the
 first probe of a benchmark's warm-up, not six in its first seconds); a look that finds a
@@ -57,9 +57,10 @@ keeps all threads always.
 """
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
+
+from ..runtime.placement import LOOK_S, Load
 
 PROBE_S, SETTLE_S, PROBE_MAX_S = 0.05, 0.2, 2.0
 SLOW, SLOW_S = 2.0, 0.02
@@ -69,36 +70,7 @@ KEEP = 8
 BURST, BURST_S, WAKE_S, BURST_MAX = 3, 0.025, 0.01, 200
 GAP_S, GRACE_S = 0.002, 0.03
 LONG_S = 0.005
-QUIET_MAX_S, LOOK_S, MIN_LOOK_S, CROWDED, CLEAR = 30.0, 1.0, 0.1, 0.25, 1.25
-
-
-class Load:
-    """Whether other processes kept the machine's CPUs busy since the last call: the
-    busy time ``/proc/stat`` counts over all CPUs (steal included: a virtual machine's
-    host taking them) less this process's own, over at least ``CROWDED`` of a core."""
-
-    def __init__(self, clock=time.perf_counter):
-        self.clock = clock
-        self.hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self.last = self._sample()
-
-    def _sample(self):
-        try:
-            with open("/proc/stat", "rb") as f:
-                ticks = [int(x) for x in f.readline().split()[1:9]]
-        except (OSError, ValueError):
-            return None
-        t = os.times()
-        busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
-        return self.clock(), busy / self.hz, t.user + t.system
-
-    def crowded(self) -> bool:
-        now, before = self._sample(), self.last
-        self.last = now
-        if now is None or before is None or now[0] <= before[0]:
-            return True
-        others = (now[1] - before[1]) - (now[2] - before[2])
-        return others >= CROWDED * (now[0] - before[0])
+QUIET_MAX_S, MIN_LOOK_S, CLEAR = 30.0, 0.1, 1.25
 
 
 def _mean(xs) -> float:
@@ -201,34 +173,3 @@ class Governor:
         if self.current == self.full:  # back to (or on to) more threads: they wake first
             self.grace = now + GRACE_S
         self.next_probe = now + self.interval
-
-
-class Placement:
-    """Whether a model's runs pin OpenMP's worker threads, each to a CPU other than the
-    calling thread's (``runtime/executor.py``: ``pt_place``; ``set_on(1)``), or leave
-    them to Linux (``set_on(0)``): pinned while the machine is quiet, free while other
-    processes keep a CPU busy (``Load``, looked at from a run at most every ``LOOK_S``).
-
-    On a virtual machine Linux often wakes an idle worker on the caller's own CPU and
-    leaves both there for tens of milliseconds, every barrier a sleep and a wake: an
-    MLP's runs 100 ms apart took 1.57 ms each instead of 0.04 (onnxruntime's 0.39), and
-    0.30 pinned.  Under a busy neighbour a worker pinned to its CPU runs in turns with
-    it: runs either fast or 10x slower, and the governor, which leaves out the slowest
-    third, kept two threads where one is faster (a small CNN 0.060 -> 0.096 ms)."""
-
-    def __init__(self, set_on, clock=time.perf_counter, load=None):
-        self.set_on, self.clock = set_on, clock
-        self.load = load if load is not None else Load(clock)
-        self.on = True
-        self.next_look = clock() + LOOK_S
-
-    def update(self) -> None:
-        """Called before each run: a look at the machine when it is due."""
-        now = self.clock()
-        if now < self.next_look:
-            return
-        self.next_look = now + LOOK_S
-        on = not self.load.crowded()
-        if on != self.on:
-            self.on = on
-            self.set_on(int(on))

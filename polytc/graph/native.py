@@ -35,15 +35,12 @@ from .. import config
 from ..diagnostics import KernelRuntimeError
 from ..machine import threads
 from ..runtime.memory import aligned_copy, allocator, is_aligned
-from ..runtime.executor import CALL, FILL, RUNS, executor, fill_word, placement
+from ..runtime import placement
+from ..runtime.executor import CALL, FILL, RUNS, executor, fill_word
 from ..runtime.ffi import ffi
 from ..runtime.native import set_threads
-from .governor import Governor, Placement
+from .governor import Governor
 from .group import Group, View
-
-#: the process's ``Placement`` of OpenMP's workers (one: they are the process's), once a
-#: driver is loaded, unless ``POLYTC_PIN_THREADS=0``
-_PLACEMENT: list = []
 
 
 class Driver:
@@ -146,8 +143,6 @@ class Driver:
 
     def _load(self, fixed, n):
         self._exec = executor()
-        if not _PLACEMENT and config.pin_threads():
-            _PLACEMENT.append(Placement(placement()))
         self._fns = ffi.new("void *[]", [ffi.cast("void *", ffi.cast("uintptr_t", ck._argv))
                                          for ck in self.kernels] or 1)
         self._prog = ffi.from_buffer("int64_t[]", self._code)
@@ -169,8 +164,7 @@ class Driver:
         n = gov.threads() if gov is not None else self.full
         set_threads(n)
         t = ffi.NULL if times is None else ffi.from_buffer("double[]", times)
-        if n > 1 and _PLACEMENT:
-            _PLACEMENT[0].update()
+        placement.before(n, pin=False)  # (polytc_exec places the workers itself)
         t0 = time.perf_counter()
         rc = self._exec(self._prog, len(self._code), self._fns, self._p, self._step, t)
         if gov is not None:

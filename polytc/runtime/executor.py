@@ -74,6 +74,8 @@ void polytc_placement(int on) { (void)on; }
 static void pt_place(void) {}
 #endif
 
+void polytc_place(void) { pt_place(); }
+
 typedef int (*pt_kernel)(void *const *);
 
 static double pt_now(void)
@@ -164,6 +166,12 @@ def placement():
     """``polytc_placement(on)`` of the same library: OpenMP's workers pinned (1, the
     default) or left to Linux (0) from the next run on."""
     return _executor()[0].function("polytc_placement", "int", "void")
+
+
+def place():
+    """``polytc_place()`` of the same library: the calling thread's workers placed as
+    ``polytc_exec`` places them (before a kernel called alone)."""
+    return _executor()[0].function("polytc_place", "void", "void")
 
 
 def _executor():

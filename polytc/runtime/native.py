@@ -14,6 +14,7 @@ import numpy as np
 
 from ..diagnostics import PolytcError
 from . import args as A
+from . import placement
 from .compiled import Specialised
 from .ffi import Library, ffi
 from .memory import aligned_copy, aligned_empty, aligned_zeros, allocator, is_aligned
@@ -188,6 +189,7 @@ class CompiledKernel(Specialised):
                                   f"{self.out_shapes} ({e})") from None
         buf = self._buf
         set_threads(self.threads)
+        placement.before(self.threads)
         if not self.temps:
             rc = self._fn(*self._sizes, *[buf(a) for a in inputs], *[buf(o) for o in outs],
                           *[buf(p) for p in packed])
@@ -232,6 +234,7 @@ class CompiledKernel(Specialised):
             [self._buf(t) for t in self._new_scratch()] + \
             [self._buf(p) for p in self.prepack(inputs)]
         set_threads(self.threads)
+        placement.before(self.threads)
         for _ in range(warmup):
             self._fn(*ptrs)
         t = []
