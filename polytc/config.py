@@ -13,9 +13,9 @@
 ``POLYTC_NUM_THREADS``  OpenMP threads for kernels (default: ``OMP_NUM_THREADS`` or all)
 ``POLYTC_ADAPTIVE_THREADS`` ``0``: a model's runs always use all threads (default: one
                         thread while that is faster, a busy machine; graph/governor.py)
-``POLYTC_PIN_THREADS``  ``0``: a model's runs leave OpenMP's worker threads where Linux puts
-                        them (default: each on a CPU other than the calling thread's;
-                        runtime/executor.py)
+``POLYTC_PIN_THREADS``  ``0``: runs leave OpenMP's worker threads where Linux puts them
+                        (default: each on a CPU other than the calling thread's while
+                        the machine is quiet; runtime/placement.py)
 ``GOMP_SPINCOUNT``      how long libgomp's idle threads spin before they sleep; polytc
                         sets 10000 before it loads libgomp unless this or
                         ``OMP_WAIT_POLICY`` is set (libgomp's default spins ~30x longer:

@@ -33,10 +33,11 @@ where they take 9 ms, every 2 s: 1-2% of a benchmark's time).  So the governor a
 at the machine (``Load``: the CPU time ``/proc/stat`` counts busy, less this process's,
 since the last look, at most every ``LOOK_S``): while no other process used
 ``CROWDED`` of a core (``runtime/placement.py``), the intervals between probes grow up to
-``QUIET_MAX_S`` instead of ``PROBE_MAX_S`` (a probe still finds where one thread is faster on an idle machine, and
-checks it now and then), straight to ``QUIET_MAX_S`` after a probe whose runs took over
-``CLEAR`` times the current ones (a look at its end, ``MIN_LOOK_S`` after the last: the
-first probe of a benchmark's warm-up, not six in its first seconds); a look that finds a
+``QUIET_MAX_S`` instead of ``PROBE_MAX_S`` (a probe still finds where one thread is faster
+on an idle machine, and checks it now and then), straight to ``QUIET_MAX_S`` after a
+probe whose runs took over ``CLEAR`` times the current ones (a look at its end,
+``MIN_LOOK_S`` after the last: the first probe of a benchmark's warm-up, not six in its
+first seconds); a look that finds a
 neighbour brings the next probe forward to within ``PROBE_MAX_S``.  That holds only on
 all threads: on fewer, probes come within ``PROBE_MAX_S`` however quiet the machine is.
 On a virtual machine, after its idle time (a compile in the same process), Linux may

@@ -34,10 +34,10 @@ import numpy as np
 from .. import config
 from ..diagnostics import KernelRuntimeError
 from ..machine import threads
-from ..runtime.memory import aligned_copy, allocator, is_aligned
 from ..runtime import placement
 from ..runtime.executor import CALL, FILL, RUNS, executor, fill_word
 from ..runtime.ffi import ffi
+from ..runtime.memory import aligned_copy, allocator, is_aligned
 from ..runtime.native import set_threads
 from .governor import Governor
 from .group import Group, View

@@ -31,7 +31,7 @@ EXEC_SOURCE = r"""/* polytc's plan executor (polytc/graph/native.py) */
 int sched_getcpu(void);
 
 /* OpenMP's worker threads, each pinned to a CPU other than the calling thread's (see
-   executor.py: placement), again whenever the caller is on another CPU than the last
+   runtime/placement.py), again whenever the caller is on another CPU than the last
    time or its team size changed; left to Linux again while ``polytc_placement(0)``
    (a busy machine) */
 static int pt_want = 1;

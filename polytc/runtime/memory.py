@@ -149,7 +149,6 @@ def _huge_pages_cheap() -> bool:
     return chosen in ("defer", "never")
 
 
-
 #: ``madvise``'s MADV_POPULATE_WRITE (Linux 5.14): a range's pages faulted in, writable
 POPULATE_WRITE = 23
 #: fewer bytes are left to fault at their first touch
