@@ -15,7 +15,8 @@
                         thread while that is faster, a busy machine; graph/governor.py)
 ``POLYTC_PIN_THREADS``  ``0``: runs leave OpenMP's worker threads where Linux puts them
                         (default: each on a CPU other than the calling thread's while
-                        the machine is quiet; runtime/placement.py)
+                        the machine is quiet, unless ``OMP_PROC_BIND``, ``OMP_PLACES``
+                        or ``GOMP_CPU_AFFINITY`` binds them; runtime/placement.py)
 ``GOMP_SPINCOUNT``      how long libgomp's idle threads spin before they sleep; polytc
                         sets 10000 before it loads libgomp unless this or
                         ``OMP_WAIT_POLICY`` is set (libgomp's default spins ~30x longer:
@@ -130,7 +131,13 @@ def adaptive_threads() -> bool:
 
 
 def pin_threads() -> bool:
-    return os.environ.get("POLYTC_PIN_THREADS", "1") != "0"
+    """``POLYTC_PIN_THREADS``; unset, pinned unless the user binds OpenMP's threads
+    (``OMP_PROC_BIND``, ``OMP_PLACES``, ``GOMP_CPU_AFFINITY``)."""
+    v = os.environ.get("POLYTC_PIN_THREADS")
+    if v is not None:
+        return v != "0"
+    return not any(os.environ.get(n) for n in ("OMP_PROC_BIND", "OMP_PLACES",
+                                                "GOMP_CPU_AFFINITY"))
 
 
 #: libgomp's spin count before an idle thread sleeps (see the table above): short

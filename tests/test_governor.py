@@ -277,3 +277,20 @@ def test_a_model_run_pins_its_workers_each_to_one_cpu(monkeypatch):
         assert not any(m.isdigit() for m in _masks().values())
     finally:
         placement()(1)
+
+
+def test_pinning_yields_to_the_users_own_binding(monkeypatch):
+    """Workers are pinned unless ``POLYTC_PIN_THREADS=0``, or the user binds OpenMP's
+    threads (``OMP_PROC_BIND`` and the like) and does not ask for it."""
+    from polytc import config
+
+    for name in ("POLYTC_PIN_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"):
+        monkeypatch.delenv(name, raising=False)
+    assert config.pin_threads()
+    monkeypatch.setenv("OMP_PROC_BIND", "close")
+    assert not config.pin_threads()
+    monkeypatch.setenv("POLYTC_PIN_THREADS", "1")
+    assert config.pin_threads()
+    monkeypatch.setenv("POLYTC_PIN_THREADS", "0")
+    monkeypatch.delenv("OMP_PROC_BIND")
+    assert not config.pin_threads()
