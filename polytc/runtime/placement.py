@@ -27,6 +27,9 @@ from .. import config
 #: seconds between looks at the machine; the part of a core other processes must keep
 #: busy for the machine to count as crowded
 LOOK_S, CROWDED = 1.0, 0.25
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: clock -> the latest ``Load`` sample taken on it (a new ``Load``'s baseline)
+_LATEST: dict = {}
 
 
 class Load:
@@ -36,8 +39,10 @@ class Load:
 
     def __init__(self, clock=time.perf_counter):
         self.clock = clock
-        self.hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self.last = self._sample()
+        # the first look's baseline: the process's latest sample on this clock, else
+        # one now (each plan of a dynamic model makes a governor: 16 us of /proc/stat)
+        latest = _LATEST.get(clock)
+        self.last = latest if latest is not None else self._sample()
 
     def _sample(self):
         try:
@@ -47,7 +52,8 @@ class Load:
             return None
         t = os.times()
         busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
-        return self.clock(), busy / self.hz, t.user + t.system
+        out = _LATEST[self.clock] = (self.clock(), busy / _HZ, t.user + t.system)
+        return out
 
     def crowded(self) -> bool:
         now, before = self._sample(), self.last
