@@ -35,7 +35,8 @@ int sched_getcpu(void);
    time or its team size changed; left to Linux again while ``polytc_placement(0)``
    (a busy machine) */
 static int pt_want = 1;
-static __thread int pt_placed_cpu = -1, pt_placed_team = 0;
+/* the caller's CPU and team size at the last decision; whether its workers are pinned */
+static __thread int pt_seen_cpu = -2, pt_seen_team = 0, pt_pinned = 0;
 
 void polytc_placement(int on)
 {
@@ -48,22 +49,50 @@ static void pt_place(void)
   if (team < 2) return;
   int want = __atomic_load_n(&pt_want, __ATOMIC_RELAXED);
   int cpu = want ? sched_getcpu() : -1;
-  if (cpu == pt_placed_cpu && (cpu < 0 || team == pt_placed_team)) return;
+  if (cpu >= 1024) cpu = -1;
+  if (cpu == pt_seen_cpu && team == pt_seen_team) return;
+  pt_seen_cpu = cpu;
+  pt_seen_team = team;
   unsigned long mask[16] = {0};  /* the caller's CPUs (1024 at most) */
   if (syscall(SYS_sched_getaffinity, 0, sizeof mask, mask) <= 0) return;
-  pt_placed_cpu = cpu;
-  pt_placed_team = team;
-  int cpus[1024], n = 0;
-  for (int i = 0; i < 1024; ++i)
-    if (i != cpu && (mask[i / 64] >> (i % 64) & 1)) cpus[n++] = i;
-  if (n == 0) return;
-  #pragma omp parallel
+  int on[1024], n = 0;  /* the caller's other CPUs, from the one after its own round */
+  for (int i = 1; i <= 1024 && cpu >= 0; ++i) {
+    int c = (cpu + i) % 1024;
+    if (c != cpu && (mask[c / 64] >> (c % 64) & 1)) on[n++] = c;
+  }
+  if (n == 0 || team - 1 > n)  /* one CPU, or more workers than CPUs: left to Linux */
+    cpu = -1;
+  if (cpu < 0 && !pt_pinned) return;
+  pt_pinned = cpu >= 0;
+  int now[256], pick[256];
+  #pragma omp parallel num_threads(team < 256 ? team : 256)
   {
-    int t = omp_get_thread_num();
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    now[t] = sched_getcpu();
+    #pragma omp barrier
+    #pragma omp single
+    if (cpu >= 0) {
+      /* a worker keeps the CPU Linux gave it unless the caller or another worker has
+         it; the others take the free ones after the caller's, in turn */
+      char used[1024] = {0};
+      used[cpu] = 1;
+      for (int u = 1; u < nt; ++u) {
+        int c = now[u];
+        pick[u] = c >= 0 && c < 1024 && !used[c] && (mask[c / 64] >> (c % 64) & 1) ? c : -1;
+        if (pick[u] >= 0) used[pick[u]] = 1;
+      }
+      for (int u = 1, k = 0; u < nt; ++u)
+        if (pick[u] < 0) {
+          int m = 0;
+          while (m < n && used[on[(k + m) % n]]) ++m;
+          pick[u] = on[(k + m) % n];
+          used[pick[u]] = 1;
+          k = (k + m + 1) % n;
+        }
+    }
     if (t > 0) {
       unsigned long one[16] = {0};
-      int c = cpus[(t - 1) % n];
-      one[c / 64] = 1UL << (c % 64);
+      if (cpu >= 0) one[pick[t] / 64] = 1UL << (pick[t] % 64);
       /* (unplaced: the caller's CPUs, as a new thread has them) */
       syscall(SYS_sched_setaffinity, 0, sizeof mask, cpu < 0 ? mask : one);
     }

@@ -4,7 +4,10 @@ the machine is quiet, and left to Linux while other processes keep a CPU busy.
 The pinning itself is C, at the start of each run (``executor.py``: ``pt_place``, in
 ``polytc_exec`` and as ``polytc_place`` before a kernel called alone): the workers of the
 caller's team each get one CPU of the caller's, never the one it runs on, and again
-whenever the caller is found on another CPU or its team size changed.  ``Placement``
+whenever the caller is found on another CPU or its team size changed.  A worker keeps
+the CPU Linux gave it where neither the caller nor another worker has it (several
+processes' workers stay spread over a large machine); the others take the free CPUs
+after the caller's.  A team larger than the CPUs is left to Linux.  ``Placement``
 decides whether: it looks at the machine (``Load``) at most every ``LOOK_S``, from a run.
 
 On a virtual machine Linux often wakes an idle worker on the caller's own CPU and
