@@ -10,7 +10,10 @@ keeps the thread count whose runs take less time on average:
 * a count's measure is the mean of its last ``KEEP`` measured runs less their slowest
   third (under a busy neighbour ShuffleNet's runs on two threads take 2 or 65 ms, by
   turns: neither the best nor the median run is what a run costs; the slowest third
-  leaves out a wake-up now and then);
+  leaves out a wake-up now and then), and of all of them once a look has found a
+  neighbour (a worker pinned to the neighbour's core, ``runtime/placement.py``, runs
+  fast or ten times slower by turns, and without its slowest third an LSTM's mean on
+  two threads was 1 ms where it cost 2.3-3.5, on one 1.9);
 * now and then (at growing intervals while the choice holds, from ``PROBE_S`` up to
   ``PROBE_MAX_S``, or ``SPARE`` times the last burst's time if longer: ResNet-18's
   three runs on one thread take 60 ms; ``SETTLE_S`` after a switch: a neighbour that
@@ -74,9 +77,11 @@ LONG_S = 0.005
 QUIET_MAX_S, MIN_LOOK_S, CLEAR = 30.0, 0.1, 1.25
 
 
-def _mean(xs) -> float:
-    """The mean of ``xs`` without its largest third (a wake-up now and then)."""
-    xs = sorted(xs)[:max(1, len(xs) - len(xs) // 3)]
+def _mean(xs, trim: bool = True) -> float:
+    """The mean of ``xs`` without its largest third (a wake-up now and then), or of
+    all of them (not ``trim``)."""
+    if trim:
+        xs = sorted(xs)[:max(1, len(xs) - len(xs) // 3)]
     return sum(xs) / len(xs)
 
 
@@ -86,6 +91,7 @@ class Governor:
         #: ``crowded()``: whether other processes kept a CPU busy since the last call
         self.load = load if load is not None else Load()
         self.quiet = False  # the last look found no neighbour
+        self.crowded = False  # the last look found one
         self.load_at = clock()  # the last look (``look``), and the next one
         self.next_look = self.load_at + LOOK_S
         self.current = full
@@ -120,6 +126,7 @@ class Governor:
         machine is quiet (probes may grow rarer)."""
         self.next_look, self.load_at = now + LOOK_S, now
         self.quiet = not self.load.crowded()
+        self.crowded = not self.quiet
         if not self.quiet:
             self.interval = min(self.interval, PROBE_MAX_S)
             self.next_probe = min(self.next_probe, now + PROBE_MAX_S)
@@ -152,9 +159,14 @@ class Governor:
         t0 = self.burst[0][0]
         runs = [t for s, t in self.burst if not up or s - t0 >= WAKE_S] or \
             [self.burst[-1][1]]
-        measure = _mean(runs)
+        # (with a neighbour found, a slow run is no wake-up to leave out but what runs cost:
+        # two threads whose worker shares the neighbour's core run fast or ten times
+        # slower, and the trimmed mean kept an LSTM on two at 2.3-3.5 ms a run where one
+        # thread takes 1.9)
+        trim = not self.crowded
+        measure = _mean(runs, trim)
         self.burst, self.slow = [], []
-        if mine and measure < SWITCH * _mean(mine):
+        if mine and measure < SWITCH * _mean(mine, trim):
             mine.clear()  # (runs of the old choice would outvote the new ones)
             self.current = n
             self.times[n].clear()
