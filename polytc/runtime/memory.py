@@ -157,21 +157,18 @@ POPULATE_MIN = 1 << 20
 
 def populate(ranges: list, threads: int = 1) -> None:
     """Fault in the pages of ``ranges`` (``(array, start, stop)``: bytes of private
-    anonymous mappings) now, their bytes split evenly over ``threads`` threads, rather
-    than one by one at the first touches of a run: a grown arena's new parts (a dynamic
+    anonymous mappings) now, 1 MiB at a time over ``threads`` threads of OpenMP's pool
+    (``executor.py``: ``polytc_populate``, ``madvise``'s MADV_POPULATE_WRITE), rather than
+    one by one at the first touches of a run: a grown arena's new parts (a dynamic
     model's larger batch).  A page fault costs this virtual machine's kernel 1.3-1.5 us
-    whether a kernel's loop or this call takes it, and two threads fault at once where
-    a run's loops took their faults mostly in turn (a transformer layer's new batch of
-    64 faulted 8192 pages in 12 ms of its first run, 5.3 ms here).  The ranges go
-    together: 1.2 MB ranges populated one at a time, each over two threads, cost 1.4 us
-    a page (the second thread's start).  Each thread makes one call per range it takes
-    part of: a thread that came back from one for more would wait for Python's GIL, up
-    to 5 ms while another thread runs Python (a populate started in the background of a
-    plan's Python made it slower).  Nothing below ``POPULATE_MIN`` bytes in all, nor
-    where ``madvise`` lacks the advice (an older Linux: the pages then fault as
-    before)."""
-    import ctypes
-    import threading
+    whether a kernel's loop or this call takes it, and the threads fault at once where a
+    run's loops took their faults mostly in turn (a transformer layer's new batch of 64
+    faulted 8192 pages in 12 ms of its first run, 5.3 ms here).  Python threads had
+    done it 0.9 ms slower for 9.4 MB (their start, and the GIL between calls).  Nothing
+    below ``POPULATE_MIN`` bytes in all, nor where ``madvise`` lacks the advice (an
+    older Linux, another system: the pages then fault as before)."""
+    from .executor import populate_pages
+    from .ffi import ffi
 
     page = 4096
     spans = []
@@ -179,34 +176,9 @@ def populate(ranges: list, threads: int = 1) -> None:
         lo, hi = a.ctypes.data + start, a.ctypes.data + stop
         lo, hi = lo + -lo % page, hi - hi % page
         if hi > lo:
-            spans.append((lo, hi))
-    total = sum(hi - lo for lo, hi in spans)
-    if total < POPULATE_MIN:
+            spans.append((lo, hi - lo))
+    if sum(n for _, n in spans) < POPULATE_MIN:
         return
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    n = max(1, min(threads, total // POPULATE_MIN))
-    share = -(-total // n // page) * page  # each thread's bytes, whole pages
-    parts: list = [[] for _ in range(n)]
-    j, room = 0, share
-    for lo, hi in spans:
-        while hi > lo:
-            size = min(hi - lo, room) if j < n - 1 else hi - lo
-            parts[j].append((lo, size))
-            lo, room = lo + size, room - size
-            if room == 0 and j < n - 1:
-                j, room = j + 1, share
-
-    def run(part):  # (ctypes lets go of the GIL in the call: the threads fault at once)
-        for lo, size in part:
-            madvise(lo, size, POPULATE_WRITE)
-
-    workers = [threading.Thread(target=run, args=(p,)) for p in parts[1:] if p]
-    for w in workers:
-        w.start()
-    run(parts[0])
-    for w in workers:
-        w.join()
+    at = ffi.new("void *[]", [ffi.cast("void *", lo) for lo, _ in spans])
+    lens = ffi.new("size_t[]", [n for _, n in spans])
+    populate_pages()(at, lens, len(spans), max(1, threads))
