@@ -90,8 +90,7 @@ class Governor:
         self.full, self.clock = full, clock
         #: ``crowded()``: whether other processes kept a CPU busy since the last call
         self.load = load if load is not None else Load()
-        self.quiet = False  # the last look found no neighbour
-        self.crowded = False  # the last look found one
+        self.quiet: bool | None = None  # the last look found no neighbour (None: no look)
         self.load_at = clock()  # the last look (``look``), and the next one
         self.next_look = self.load_at + LOOK_S
         self.current = full
@@ -126,7 +125,6 @@ class Governor:
         machine is quiet (probes may grow rarer)."""
         self.next_look, self.load_at = now + LOOK_S, now
         self.quiet = not self.load.crowded()
-        self.crowded = not self.quiet
         if not self.quiet:
             self.interval = min(self.interval, PROBE_MAX_S)
             self.next_probe = min(self.next_probe, now + PROBE_MAX_S)
@@ -163,7 +161,7 @@ class Governor:
         # two threads whose worker shares the neighbour's core run fast or ten times
         # slower, and the trimmed mean kept an LSTM on two at 2.3-3.5 ms a run where one
         # thread takes 1.9)
-        trim = not self.crowded
+        trim = self.quiet is not False
         measure = _mean(runs, trim)
         self.burst, self.slow = [], []
         if mine and measure < SWITCH * _mean(mine, trim):

@@ -149,8 +149,6 @@ def _huge_pages_cheap() -> bool:
     return chosen in ("defer", "never")
 
 
-#: ``madvise``'s MADV_POPULATE_WRITE (Linux 5.14): a range's pages faulted in, writable
-POPULATE_WRITE = 23
 #: fewer bytes are left to fault at their first touch
 POPULATE_MIN = 1 << 20
 
@@ -163,7 +161,7 @@ def populate(ranges: list, threads: int = 1) -> None:
     model's larger batch).  A page fault costs this virtual machine's kernel 1.3-1.5 us
     whether a kernel's loop or this call takes it, and the threads fault at once where a
     run's loops took their faults mostly in turn (a transformer layer's new batch of 64
-    faulted 8192 pages in 12 ms of its first run, 5.3 ms here).  Python threads had
+    faulted 8192 pages in 12 ms of its first run, 5-7 ms here).  Python threads had
     done it 0.9 ms slower for 9.4 MB (their start, and the GIL between calls).  Nothing
     below ``POPULATE_MIN`` bytes in all, nor where ``madvise`` lacks the advice (an
     older Linux, another system: the pages then fault as before)."""
