@@ -197,7 +197,7 @@ def test_growing_batches_grow_the_arena_in_place():
     more of the same buffer (the pages touched before stay; a transformer layer's new
     batch of 64 after 32: 44 -> 27 ms), and the plans share their generic kernels'
     packed weights and one buffer of the kernels' temporaries."""
-    from polytc.graph.plan import Arena
+    from polytc.graph.arena import Arena
     from polytc.runtime import memory
 
     arena = Arena(grow=True)
@@ -262,7 +262,7 @@ def test_a_grown_arena_faults_its_new_pages_in_at_once():
     is made, over the threads (``Arena.populate``): the run then touches no new page."""
     import resource
 
-    from polytc.graph.plan import Arena
+    from polytc.graph.arena import Arena
     from polytc.runtime import memory
 
     if memory.reserve(1 << 20) is None:
@@ -281,12 +281,53 @@ def test_a_grown_arena_faults_its_new_pages_in_at_once():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 16
 
 
+@pytest.mark.skipif(not _linux_at_least(5, 14), reason="MADV_POPULATE_WRITE: Linux 5.14")
+def test_a_larger_plan_has_its_expected_pages_faulted_in_while_it_is_made(monkeypatch):
+    """At the start of a plan of a larger scale, the arena guesses its takes from the
+    largest plan's, in proportion, and begins to fault in their new pages on another
+    CPU (``Arena.expect``); ``populate`` finishes them, and faults in what the guess
+    missed: the run touches no new page either way.  No guess on one thread, nor for a
+    smaller plan."""
+    import resource
+
+    from polytc import machine
+    from polytc.graph.arena import Arena
+    from polytc.runtime import memory
+
+    if memory.reserve(1 << 20) is None:
+        pytest.skip("no address space to reserve here")
+    monkeypatch.setattr(machine, "threads", lambda: 2)
+    arena = Arena(grow=True)
+    arena.expect(2)  # the first plan: nothing to guess from
+    assert arena._job is None
+    for k, nbytes in ((0, 2 << 20), (1, 1 << 20)):
+        arena.take(k, nbytes)
+    arena.populate()
+    arena.expect(6)  # three times as large: 6 and 3 MiB
+    began = arena._job is not None  # (a machine of one CPU begins nothing)
+    if began:
+        assert [(start, stop) for _, start, stop in arena._job[1]] == \
+            [(2 << 20, 6 << 20), (1 << 20, 3 << 20)]
+    bufs = [arena.take(0, 7 << 20), arena.take(1, 3 << 20)]  # 0 takes more than guessed
+    assert arena._new == ([(bufs[0], 6 << 20, 7 << 20)] if began else
+                          [(bufs[0], 2 << 20, 7 << 20), (bufs[1], 1 << 20, 3 << 20)])
+    arena.populate()
+    assert arena._job is None and arena._largest == (6, {0: 7 << 20, 1: 3 << 20})
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    bufs[0][:7 << 20:4096] = 1
+    bufs[1][:3 << 20:4096] = 1
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 16
+    arena.expect(3)  # smaller: its pages were touched before
+    assert arena._job is None
+    arena.finish()  # (nothing begun: nothing to do)
+
+
 def test_an_arena_without_room_to_reserve_grows_by_new_buffers(monkeypatch):
     """Where the address space cannot be reserved (a failed mapping: ``ulimit -v``), a
     shared arena makes buffers as large as asked, grown twofold, as a plan's own."""
     import mmap
 
-    from polytc.graph.plan import Arena
+    from polytc.graph.arena import Arena
     from polytc.runtime import memory
 
     def refuse(*a, **k):

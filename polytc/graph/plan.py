@@ -18,22 +18,22 @@ Python owner) right after its last reader has run; the host arena is not allocat
 from __future__ import annotations
 
 import contextvars
+import math
 import os
-import threading
 import time
 
 import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import backends, config, machine
+from .. import backends, config
 from ..diagnostics import (CompilationError, InternalError, KernelRuntimeError, ModelError,
                            PolytcError, Source)
 from ..kernel import Kernel
 from ..lang.inline import inline_temporaries
 from ..lang.parser import parse
 from ..lang.sema import check
-from ..runtime.memory import (aligned_copy, aligned_empty, huge_empty, is_aligned,
-                              populate, reserve)
+from ..runtime.memory import aligned_copy, aligned_empty, is_aligned
+from .arena import Arena
 from .bind import bind
 from .group import Group, Join, View, canonical, form_groups
 from .padplace import PADS_IN_PLACE, pads_in_place
@@ -48,6 +48,18 @@ class Plan:
         ``Kernel``, shared by the plans of one model (each compiles once); ``memory``:
         the arena the plans of one model share (one run at a time), else its own;
         ``disable``: names of the session's passes to skip (``bound_groups``)."""
+        self._memory = memory or Arena()
+        self._values = values = generaliser.values(shapes) if generaliser else None
+        if memory is not None and values:  # (pages faulted in while this plan is made)
+            memory.expect(math.prod(values.values()))
+        try:
+            self._make(graph, shapes, options, fuse, target, native, generaliser, generic,
+                       disable)
+        finally:
+            self._memory.finish()
+
+    def _make(self, graph, shapes, options, fuse, target, native, generaliser, generic,
+              disable):
         t0 = time.perf_counter()
         self.target = target
         backend = backends.get(target)
@@ -61,7 +73,6 @@ class Plan:
         consts = self.bound.graph.constants
         canon, unique = {}, {}  # group -> its key -> the first group with it
         self._generaliser, self._generic = generaliser, generic if generic is not None else {}
-        self._values = generaliser.values(shapes) if generaliser is not None else None
         for s in groups:
             self.texts[s.name] = s.text(self.bound.refs)
             # the canonical text, and which of its inputs are weights (packed once)
@@ -94,7 +105,6 @@ class Plan:
         packed_only = _packed_only(groups, self.kernels)
         self.constants = {v: np.ascontiguousarray(c) if v in packed_only else
                           _aligned(np.asarray(c)) for v, c in consts.items()}
-        self._memory = memory or Arena()
         #: group -> its kernel's packed copies of the weights (``CompiledKernel.prepack``;
         #: a generic kernel's, made by the first plan, serve every plan)
         self.prepacked = {}
@@ -449,76 +459,6 @@ def group_texts(graph, shapes: dict, fuse: bool, target: str, disable=()) -> lis
     """The canonical programs of the groups of ``graph`` at ``shapes`` (nothing compiled)."""
     bound, steps = bound_groups(graph, shapes, fuse, target, disable)
     return [canonical(s.text(bound.refs)) for s in steps if isinstance(s, Group)]
-
-
-class Arena:
-    """The buffers of plans' memory (``Plan._plan_memory``): buffer ``k`` of every plan
-    that shares the arena is one array, so that a model run at many batch sizes keeps
-    one arena, not one per size; those plans run one at a time (``lock``).  A shared
-    arena's buffers are reservations of address space (``memory.reserve``: 64 times
-    the first need), so a larger batch uses more of the same buffer: the pages touched
-    before stay, and only the new ones fault (a grown buffer had been a new one, whose
-    every page faulted again: 41 ms per 100 MB on a VM; a transformer layer at batch
-    64 after 32: 44 -> 27 ms for a new batch).  Where no reservation is made,
-    a plan keeps its buffers and a grown one, at least twice as large, replaces it
-    for later plans.  The kernels' temporaries share one buffer (``scratch``: groups
-    run one at a time), and the weights a generic kernel packs are packed once
-    (``prepacked``: the same for every plan)."""
-
-    def __init__(self, grow: bool = False):
-        self.lock = threading.Lock()
-        self._grow = grow
-        self._buffers: dict = {}
-        #: reserved buffer -> the bytes of it that plans have used (their pages touched)
-        self._used: dict = {}
-        self._new: list = []  # (buffer, start, stop): bytes given out, not yet touched
-        #: (the kernel's shared object, its weights' names) -> its packed weights
-        self.prepacked: dict = {}
-
-    def take(self, k, nbytes: int) -> np.ndarray:
-        """Buffer ``k``, of ``nbytes`` or more.  A reserved buffer's part that no plan
-        used before is faulted in by ``populate``."""
-        buf = self._buffers.get(k)
-        if buf is None or buf.size < nbytes:
-            grown = nbytes if buf is None else max(nbytes, 2 * buf.size)
-            buf = reserve(grown) if self._grow else None
-            self._used[k] = 0 if buf is not None else None
-            buf = self._buffers[k] = huge_empty(grown) if buf is None else buf
-        used = self._used.get(k)
-        if used is not None and nbytes > used:
-            self._new.append((buf, used, nbytes))
-            self._used[k] = nbytes
-        return buf
-
-    def populate(self) -> None:
-        """Fault in the parts of reserved buffers that ``take`` gave out first since the
-        last call, all at once on every thread (``memory.populate``)."""
-        new, self._new = self._new, []
-        populate(new, machine.threads())
-
-    def scratch(self, kernels: dict) -> dict:
-        """Group -> the temporaries of its compiled kernel (``kernels``: group ->
-        kernel), arrays 64-byte aligned in one buffer of this arena as large as the
-        largest group's: they hold nothing from one group's run to another's (a
-        kernel's own temporaries hold what its last call left)."""
-        def aligned(n):
-            return n + -n % 64
-
-        places = {g: [(int(np.prod(shape, dtype=np.int64)), np.dtype(dtype), shape)
-                      for shape, dtype in ck.temps] for g, ck in kernels.items() if ck.temps}
-        if not places:
-            return {}
-        need = max(sum(aligned(n * dt.itemsize) for n, dt, _ in ts) for ts in places.values())
-        buf = self.take("scratch", need + 64)
-        base = (-buf.ctypes.data) % 64
-        out = {}
-        for g, ts in places.items():
-            at, arrays = base, []
-            for n, dt, shape in ts:
-                arrays.append(buf[at:at + n * dt.itemsize].view(dt).reshape(shape))
-                at += aligned(n * dt.itemsize)
-            out[g] = arrays
-        return out
 
 
 def _program(name: str, text: str):

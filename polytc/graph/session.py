@@ -105,7 +105,7 @@ class Session:
         #: groups would differ from one batch to the next, and compile again)
         self.disable = disable + ((PADS_IN_PLACE,) if self._generaliser.dims else ())
         self._generic: dict = {}
-        #: one arena for the plans of a model with symbolic dimensions (plan.Arena)
+        #: one arena for the plans of a model with symbolic dimensions (arena.Arena)
         self._memory = None
         self._seen: dict = {}  # the key of a run (``_array_key``) -> (plan, output names)
 
@@ -198,7 +198,8 @@ class Session:
         if p is None and self._staged is not None:
             p = self._plans[key] = self._staged
         if p is None:
-            from .plan import Arena, group_texts
+            from .arena import Arena
+            from .plan import group_texts
 
             if self._memory is None and self._generaliser.dims:
                 self._memory = Arena(grow=True)

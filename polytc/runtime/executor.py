@@ -106,36 +106,120 @@ static void pt_place(void) {}
 void polytc_place(void) { pt_place(); }
 
 #ifdef __linux__
+#include <pthread.h>
+#include <stdlib.h>
 #include <sys/mman.h>
-#endif
+#include <sys/syscall.h>
+#include <unistd.h>
+int sched_getcpu(void);
+#define PT_CHUNK ((size_t)1 << 20)
 
-/* the pages of ranges ``at[r]``, ``len[r]`` bytes (page-aligned), faulted in writable now
-   (madvise's MADV_POPULATE_WRITE, Linux 5.14), 1 MiB at a time over ``threads`` threads
-   of OpenMP's pool (see memory.populate); a call refused (an older Linux) leaves its
-   pages to fault at their first touch */
-void polytc_populate(void *const *at, const size_t *len, long n, int threads)
+/* faulting in the pages of ranges ``at[r]``, ``len[r]`` bytes (page-aligned) writable
+   (madvise's MADV_POPULATE_WRITE, Linux 5.14) 1 MiB at a time, each chunk taken by
+   whichever thread asks next (see memory.populate); a call refused (an older Linux)
+   leaves its pages to fault at their first touch */
+struct pt_job { long n; size_t count, next; int cpu; void **at; size_t *len; pthread_t th; };
+
+static void pt_job_init(struct pt_job *j, void *const *at, const size_t *len, long n)
 {
-#ifdef __linux__
-  const size_t chunk = (size_t)1 << 20;
-  size_t count = 0;
+  j->n = n;
+  j->next = 0;
+  j->count = 0;
+  j->at = (void **)at;
+  j->len = (size_t *)len;
   for (long r = 0; r < n; ++r)
-    count += (len[r] + chunk - 1) / chunk;
-  pt_place();
-  #pragma omp parallel for schedule(dynamic) num_threads(threads)
-  for (size_t i = 0; i < count; ++i) {
-    size_t k = i;
+    j->count += (len[r] + PT_CHUNK - 1) / PT_CHUNK;
+}
+
+static void pt_drain(struct pt_job *j)
+{
+  for (;;) {
+    size_t k = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+    if (k >= j->count) return;
     long r = 0;
-    while (k >= (len[r] + chunk - 1) / chunk) {
-      k -= (len[r] + chunk - 1) / chunk;
+    while (k >= (j->len[r] + PT_CHUNK - 1) / PT_CHUNK) {
+      k -= (j->len[r] + PT_CHUNK - 1) / PT_CHUNK;
       ++r;
     }
-    size_t lo = k * chunk, hi = lo + chunk < len[r] ? lo + chunk : len[r];
-    madvise((char *)at[r] + lo, hi - lo, 23);  /* MADV_POPULATE_WRITE */
+    size_t lo = k * PT_CHUNK, hi = lo + PT_CHUNK < j->len[r] ? lo + PT_CHUNK : j->len[r];
+    madvise((char *)j->at[r] + lo, hi - lo, 23);  /* MADV_POPULATE_WRITE */
   }
-#else
-  (void)at; (void)len; (void)n; (void)threads;
-#endif
 }
+
+/* now, over ``threads`` threads of OpenMP's pool */
+void polytc_populate(void *const *at, const size_t *len, long n, int threads)
+{
+  struct pt_job j;
+  pt_job_init(&j, at, len, n);
+  pt_place();
+  #pragma omp parallel num_threads(threads)
+  pt_drain(&j);
+}
+
+static void *pt_populating(void *p)
+{
+  struct pt_job *j = p;
+  unsigned long one[16] = {0};
+  one[j->cpu / 64] = 1UL << (j->cpu % 64);
+  syscall(SYS_sched_setaffinity, 0, sizeof one, one);
+  pt_drain(j);
+  return NULL;
+}
+
+/* begun on a thread of its own, pinned to the calling thread's next CPU, while the
+   caller goes on (a plan's Python); NULL where the caller has no other CPU or no
+   thread starts (nothing begun) */
+void *polytc_populate_start(void *const *at, const size_t *len, long n)
+{
+  int cpu = sched_getcpu();
+  unsigned long mask[16] = {0};
+  if (cpu < 0 || cpu >= 1024 || syscall(SYS_sched_getaffinity, 0, sizeof mask, mask) <= 0)
+    return NULL;
+  int other = -1;
+  for (int i = 1; i < 1024 && other < 0; ++i) {
+    int c = (cpu + i) % 1024;
+    if (mask[c / 64] >> (c % 64) & 1) other = c;
+  }
+  if (other < 0) return NULL;
+  struct pt_job *j = malloc(sizeof *j + (size_t)n * (sizeof(void *) + sizeof(size_t)));
+  if (!j) return NULL;
+  void **a = (void **)(j + 1);
+  size_t *l = (size_t *)(a + n);
+  memcpy(a, at, (size_t)n * sizeof *a);
+  memcpy(l, len, (size_t)n * sizeof *l);
+  pt_job_init(j, a, l, n);
+  j->cpu = other;
+  if (pthread_create(&j->th, NULL, pt_populating, j)) {
+    free(j);
+    return NULL;
+  }
+  return j;
+}
+
+/* the rest of a begun job done with ``threads`` - 1 threads of OpenMP's pool beside
+   its own thread, which is then joined */
+void polytc_populate_finish(void *job, int threads)
+{
+  struct pt_job *j = job;
+  if (!j) return;
+  pt_place();
+  #pragma omp parallel num_threads(threads > 1 ? threads - 1 : 1)
+  pt_drain(j);
+  pthread_join(j->th, NULL);
+  free(j);
+}
+#else
+void polytc_populate(void *const *at, const size_t *len, long n, int threads)
+{
+  (void)at; (void)len; (void)n; (void)threads;
+}
+void *polytc_populate_start(void *const *at, const size_t *len, long n)
+{
+  (void)at; (void)len; (void)n;
+  return 0;
+}
+void polytc_populate_finish(void *job, int threads) { (void)job; (void)threads; }
+#endif
 
 typedef int (*pt_kernel)(void *const *);
 
@@ -239,6 +323,15 @@ def populate_pages():
     """``polytc_populate(at, len, n, threads)`` of the same library (``memory.populate``)."""
     return _executor()[0].function("polytc_populate", "void *const *, const size_t *, "
                                    "long, int", "void")
+
+
+def populate_begun():
+    """``(polytc_populate_start(at, len, n), polytc_populate_finish(job, threads))`` of the
+    same library (``memory.populate_start``)."""
+    lib = _executor()[0]
+    return (lib.function("polytc_populate_start", "void *const *, const size_t *, long",
+                         "void *"),
+            lib.function("polytc_populate_finish", "void *, int", "void"))
 
 
 def _executor():

@@ -121,7 +121,7 @@ def _mapped(nbytes: int) -> np.ndarray | None:
 def reserve(nbytes: int) -> np.ndarray | None:
     """An array of ``nbytes`` or more (its ``size``) over a private anonymous mapping of
     address space, 2 MiB aligned, whose pages cost memory only when first touched: room
-    to grow in place (``graph.plan.Arena``), so that a larger use of it keeps the
+    to grow in place (``graph.arena.Arena``), so that a larger use of it keeps the
     pages touched before and faults only the new ones.  At least 64 times ``nbytes``
     and 256 MiB, at most a quarter of the memory; None where Linux counts address
     space as memory (``vm.overcommit_memory`` 2), or no mapping is made."""
@@ -166,6 +166,41 @@ def populate(ranges: list, threads: int = 1) -> None:
     below ``POPULATE_MIN`` bytes in all, nor where ``madvise`` lacks the advice (an
     older Linux, another system: the pages then fault as before)."""
     from .executor import populate_pages
+
+    spans = _spans(ranges)
+    if spans is not None:
+        populate_pages()(*spans, max(1, threads))
+
+
+def populate_start(ranges: list):
+    """Begin faulting in the pages of ``ranges`` (as ``populate``) on a thread of its
+    own, pinned to another CPU than the caller's, while the caller goes on: the pages a
+    dynamic model's larger batch will likely use, faulted in while its plan is made in
+    Python (``graph.arena.Arena.expect``).  A handle for ``populate_finish``; None where
+    nothing began (too few bytes, no other CPU: the caller then faults them in, or its
+    run does)."""
+    from .executor import populate_begun
+    from .ffi import ffi
+
+    spans = _spans(ranges)
+    if spans is None:
+        return None
+    job = populate_begun()[0](*spans)
+    return None if job == ffi.NULL else job
+
+
+def populate_finish(job, threads: int = 1) -> None:
+    """The rest of ``populate_start``'s job done now, the caller and ``threads`` - 2 more
+    threads of OpenMP's pool beside the job's own (joined then)."""
+    from .executor import populate_begun
+
+    if job is not None:
+        populate_begun()[1](job, max(1, threads))
+
+
+def _spans(ranges: list) -> tuple | None:
+    """``(addresses, lengths, count)`` for ``polytc_populate``: the whole pages of
+    ``ranges``; None below ``POPULATE_MIN`` bytes in all."""
     from .ffi import ffi
 
     page = 4096
@@ -176,7 +211,6 @@ def populate(ranges: list, threads: int = 1) -> None:
         if hi > lo:
             spans.append((lo, hi - lo))
     if sum(n for _, n in spans) < POPULATE_MIN:
-        return
-    at = ffi.new("void *[]", [ffi.cast("void *", lo) for lo, _ in spans])
-    lens = ffi.new("size_t[]", [n for _, n in spans])
-    populate_pages()(at, lens, len(spans), max(1, threads))
+        return None
+    return (ffi.new("void *[]", [ffi.cast("void *", lo) for lo, _ in spans]),
+            ffi.new("size_t[]", [n for _, n in spans]), len(spans))
