@@ -331,7 +331,8 @@ def test_a_long_kernel_compiles_in_parts(monkeypatch):
     got = polytc.tc(src, options=polytc.Options(fusion="min"))(A)
     parts = [c for c in commands if "-c" in c]
     assert len(parts) >= 2 and any("-O0" in c for c in parts), commands
-    assert "-Wl,--allow-multiple-definition" in commands[-1]
+    # (the link; in a fresh cache the executor's build may come after it)
+    assert any("-Wl,--allow-multiple-definition" in c for c in commands), commands
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 

@@ -19,6 +19,7 @@ model seen at one shape compiles exactly as before.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -151,13 +152,15 @@ def _instantiate(gtext: str, binding: dict, values: dict) -> str:
     """A generic text with each size name replaced by its number at ``values``."""
     if not binding:
         return gtext
-    pattern = r"\b(" + "|".join(map(re.escape, binding)) + r")\b"
+    numbers = {name: str(k * math.prod(values[n] for n in dims))
+               for name, (dims, k) in binding.items()}
+    return _names(tuple(binding)).sub(lambda m: numbers[m.group(1)], gtext)
 
-    def number(m):
-        dims, k = binding[m.group(1)]
-        return str(k * math.prod(values[n] for n in dims))
 
-    return re.sub(pattern, number, gtext)
+@functools.lru_cache(maxsize=256)
+def _names(names: tuple) -> re.Pattern:
+    """The pattern of any one of the size names ``names``, as a word."""
+    return re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
 
 
 def _monomial(a: int, b: int, old: dict, new: dict, names) -> tuple | None:
