@@ -64,7 +64,12 @@ class Arena:
         (``memory.populate_start``; ``populate`` finishes them).  A guess too large
         faults in pages a larger batch uses later; too small, ``populate`` faults the
         rest.  A transformer layer's new batch of 17, 32, 64 after 1-3, in-process A/B (medians
-        of 4): 4.8 -> 3.6, 6.3 -> 5.0, 9.2 -> 8.1 ms."""
+        of 4): 4.8 -> 3.6, 6.3 -> 5.0, 9.2 -> 8.1 ms.  Also while other processes run: a
+        test of the machine (``/proc/loadavg``'s runnable count, or ``/proc/stat`` since
+        the last look) found onnxruntime's pool, spinning after its turn in
+        ``bench_onnx --dynamic``, as often as a real neighbour, and switched the guess off
+        there half the time (a new batch's median 4.3-4.8 -> 5.1-6.5 ms); under a process
+        spinning on the other CPU, with or without the guess, 4.6-9 ms at batch 17."""
         self._scale, self._takes = scale, {}
         if self._largest is None or scale <= self._largest[0] or machine.threads() < 2:
             return
