@@ -20,8 +20,8 @@ TARGETS = backends.NAMES
 #: the compiled forms (per set of input shapes) a session keeps at most: a model whose
 #: shapes vary with the data (a count of nonzeros) would make one for each count
 MOST_PLANS = 256
-#: a plan of a model with symbolic dimensions whose kernels took this long to build is
-#: followed by a full garbage collection (``plan``)
+#: a plan whose kernels took this long to build is followed by a full garbage
+#: collection (``plan``)
 COLLECT_AFTER_S = 0.25
 
 
@@ -221,15 +221,15 @@ class Session:
                 from .staged import Staged
 
                 p = self._staged = Staged(self, e)
-            if self._generaliser.dims and \
-                    getattr(p, "timings", {}).get("compile", 0.0) > COLLECT_AFTER_S:
+            if getattr(p, "timings", {}).get("compile", 0.0) > COLLECT_AFTER_S:
                 # a compile leaves tens of thousands of objects that Python's collector
                 # tracks, and its first full collection after it (10-20 ms) fell on
                 # whatever ran next: a dynamic model's fourth new batch took 21 ms
-                # instead of 3.6.  Collected here, at the end of a compile of seconds,
-                # the next comes only once as many objects more have piled up (none in
-                # a transformer layer's next 16 batch sizes).  (A model of fixed
-                # shapes makes no more plans: its compile is not made longer.)
+                # instead of 3.6, and after a model of fixed shapes compiled in the same
+                # process, another's new batch (bench_onnx --dynamic: 11-15 ms at
+                # batches 1 and 3 where they cost 3.5).  Collected here, at the end of a
+                # compile of seconds (6-17 ms), the next comes only once as many objects
+                # more have piled up (none in a transformer layer's next 16 batch sizes)
                 gc.collect()
             self._plans[key] = p
             if len(self._plans) > MOST_PLANS:  # the oldest goes (its kernels stay cached)
