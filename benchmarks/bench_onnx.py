@@ -26,7 +26,9 @@ meets), started after the compiles and stopped after the model's samples.
 ``--dynamic``: models exported with a symbolic batch (``N``), run at batch sizes in turn
 (docs/dynamic.md): the first run at each new batch (the first compiles the groups with
 the batch symbolic; later ones reuse those kernels; the median of ``DYNAMIC_TRIALS``
-sessions' first runs, each a session of its own arena), then
+sessions' first runs, each a session of its own arena, each once no other thread runs:
+onnxruntime's pool, spinning after its first run at the batch, had slowed the first
+session's by 10 ms), then
 polytc's and onnxruntime's run times interleaved, each in its worker process, and a
 session compiled for that batch alone.
 
@@ -278,6 +280,7 @@ def worker_main(family: str, threads: int, tol: tuple = (RTOL, 0)) -> int:
                     path, _session(family, path, threads))
                 if col == "exported":  # the same model exported (--export)
                     sess = _exported(sess, cache_dir)
+                common.quiet_machine()  # (the first run is timed: --dynamic's new batch)
                 t0 = time.perf_counter()
                 outs = sess.run(None, feeds)
                 first = time.perf_counter() - t0

@@ -89,6 +89,24 @@ def settle(max_wait: float = 0.3, window: float = 0.005, idle: float = 0.1) -> f
             return t1 - t_start
 
 
+def quiet_machine(max_wait: float = 0.5, checks: int = 5) -> float:
+    """Sleep until no thread but the caller is running or waiting to run, ``checks``
+    looks in a row 1 ms apart (``/proc/loadavg``'s runnable count, the caller's own
+    included), or ``max_wait`` seconds: another worker's pool left spinning (onnxruntime's
+    after its first run at a new batch) slowed the first run timed after it by 10 ms.
+    The seconds waited (0 where the count cannot be read)."""
+    t_start, calm = time.perf_counter(), 0
+    while calm < checks and time.perf_counter() - t_start < max_wait:
+        try:
+            with open("/proc/loadavg", encoding="ascii") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        calm = calm + 1 if running <= 1 else 0
+        time.sleep(0.001)
+    return time.perf_counter() - t_start
+
+
 def time_once(fn) -> float:
     t0 = time.perf_counter()
     fn()
