@@ -257,3 +257,26 @@ def nt(float(M,K) A, float(N,K) B) -> (C) {
     C(m, n) +=! A(m, k) * B(n, k)
 }""", dynamic=("M",))
     assert "<= 32L" not in nt.specialize(f32(40, 96), f32(600, 96)).code
+
+
+def test_a_partial_tile_of_symbolic_rows_is_shared_by_the_threads(no_compile):
+    """Columns in one tile, rows symbolic: the rows the full row tiles leave (all of
+    them below one tile) run in one parallel region outside the loop of tiles, each
+    thread packing its own copy of the weights, the register tiles of rows shared, the
+    remainder rows on one thread (``codegen_c/rowsplit.py``); every row count, below,
+    at and past a tile and its register tiles, computes the product."""
+    src = """def proj(float(N,D) X, float(D,E) W) -> (Y) {
+        h(n, e) +=! X(n, d) * W(d, e)
+        Y(n, e) = fmax(h(n, e), 0.0)
+    }"""
+    k = polytc.tc(src, dynamic=("N",), options=polytc.Options(num_threads=2))
+    for i, n in enumerate((64, 1, 7, 13, 300, 97, 200)):
+        X, W = f32(n, 128), f32(128, 64)
+        np.testing.assert_allclose(k(X, W), np.maximum(X @ W, 0), rtol=1e-4, atol=1e-3)
+        if i == 0:
+            code = k.specialize(X, W).code
+            region = code[code.index("#pragma omp for schedule(static)") - 400:]
+            assert "#pragma omp single" in region, code
+            assert re.search(r"#pragma omp parallel num_threads\(2\)\n\s*\{\n\s*pt_body\d+\(N",
+                             code), code
+            no_compile()

@@ -30,6 +30,7 @@ from .vloop import math_loop
 from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, dot4_helper, isl_expr,
                     literal, statement_code, vdot4_helpers)
 from .promote import Promotion
+from .rowsplit import rows_split
 
 def _strip(text: str) -> str:
     """``(a <= b)`` -> ``a <= b`` (OpenMP wants a bare loop condition)."""
@@ -126,6 +127,9 @@ class CEmitter:
                     return self.versioned(promoted)
             if kind == "rows":
                 return self.unrolled(n.mark_get_node())
+            if kind == "rowsplit":  # (a partial tile's rows, outside the parallel loop)
+                split = rows_split(self, n.mark_get_node(), f"c{depth}")
+                return split if split is not None else self.node(n.mark_get_node(), pragma)
             if kind == "private":  # the parallel loop below sums per-thread copies
                 self.private = [t for t in depth.split(",") if t]
                 self.shared_pass += 1
@@ -311,7 +315,8 @@ class CEmitter:
         name = f"pt_body{len(self.helpers)}"
         # the buffers of the parallel loops around this one (a symbolic loop's, whose
         # body runs this loop in parallel when it runs on one thread)
-        outer = [lc for loop, lcs in self.scoped if loop != iters[-1] for lc in lcs]
+        outer = [lc for loop, lcs in self.scoped if not iters or loop != iters[-1]
+                 for lc in lcs]
         params = [c.Value("long", i) for i in iters] + \
             [c.Value("", p) for p in self.params] + \
             [c.Value(f"{lc.ctype} *restrict", lc.name) for lc in outer] + \

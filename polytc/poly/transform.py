@@ -183,3 +183,19 @@ def _dims(umap) -> int:
 
     umap.foreach_map(one)
     return found[0]
+
+
+def rows_split(point, packed: bool, row: int):
+    """A ``rowsplit:<d>`` mark above the inside of a contraction's cache tile at
+    ``point`` (its packing too), ``d`` the dimension of the register tiles' loop over
+    the symbolic rows (member ``row`` of the band ``point`` becomes): the rows that the
+    full cache tiles leave, in a partial one outside the parallel loop of tiles, are
+    shared by the threads there (``codegen_c/rowsplit.py``).  Returns ``point``."""
+    name = f"rowsplit:{point.get_schedule_depth() + row}"
+    ctx = point.get_ctx()
+    if not packed:
+        return point.insert_mark(isl.Id(name, context=ctx)).child(0)
+    top = point.parent().parent().parent()  # (the packing's extension, sequence, filter)
+    if top.get_type() != isl.schedule_node_type.extension:
+        return point
+    return top.insert_mark(isl.Id(name, context=ctx)).child(0).child(0).child(1).child(0)

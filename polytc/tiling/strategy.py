@@ -403,7 +403,6 @@ class Tiler:
                                    constant=operand.tensor in self.constants)
             self.packs += 1
             self.report.append(decision)
-        regn = T.tile(point, reg)
         # j's register tiles outside i's when the packed operand's micro-panel (Tk x NR)
         # fits half of L1: it stays there while i's register tiles pass over it (BLIS).
         # A deeper Tk (the result block leaves L2) streams it from L2 instead: then i's
@@ -412,20 +411,22 @@ class Tiler:
         # other order is 3-6% faster: mm_bias_relu, mlp2, bmm)
         kt = math.prod(cache[p_red + r] for r in range(len(red)))
         kept = math.prod(cache[:len(outer)])
-        panels_first = False
-        if operand is not None and lead and kt * nr * itemsize <= self.machine.l1 // 2:
+        swapped = operand is not None and lead and kt * nr * itemsize <= self.machine.l1 // 2
+        # outer loops kept inside the cache tile (an image's rows, for the weights), whose
+        # panels together leave L2: the panels outermost, each read from memory once and
+        # kept in L2 while the rows pass over it, not every panel again for every row
+        # (ResNet-18's 512-channel 3x3 convolutions on 7 x 7, 8 panels of 147 KB a core)
+        panels_first = not swapped and packed and kept > 1 and \
+            cache[p_red - 1] * kt * itemsize > self.machine.l2 // 2
+        if lead and sym[len(outer)]:  # (i's register tiles: after j's where permuted)
+            point = T.rows_split(point, packed, p_red - 2 + (swapped or panels_first))
+        regn = T.tile(point, reg)
+        if swapped:
             swap = list(range(n))
             swap[p_red - 2], swap[p_red - 1] = swap[p_red - 1], swap[p_red - 2]
             regn = T.permute(regn, swap)
-        elif packed and kept > 1 and cache[p_red - 1] * kt * itemsize > self.machine.l2 // 2:
-            # outer loops kept inside the cache tile (the image rows of a convolution,
-            # for the weights), whose panels together leave L2: the panels outermost,
-            # each read from memory once and kept in L2 while the rows pass over it,
-            # not every panel again for every row (ResNet-18's 512-channel 3x3
-            # convolutions on 7 x 7, 8 panels of 147 KB per core)
-            regn = T.permute(regn, [p_red - 1] + list(range(p_red - 1)) +
-                             list(range(p_red, n)))
-            panels_first = True
+        elif panels_first:
+            regn = T.permute(regn, [p_red - 1] + list(range(p_red - 1)) + list(range(p_red, n)))
         regn = T.isolate_full_tiles(regn, reg)  # full register tiles in partial cache tiles
         regn = regn.band_split(p_red).child(0)  # the reduction loops of a register tile
         regn = T.mark(regn, "promote")

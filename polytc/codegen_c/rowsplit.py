@@ -1,0 +1,120 @@
+"""The rows of a partial cache tile shared by the threads (a ``rowsplit`` mark).
+
+A contraction whose rows are symbolic (a dynamic batch) runs its full cache tiles of
+rows in the parallel loop of tiles, and isl puts the rows they leave (fewer than a
+tile: all of them below one tile) in a partial tile outside that loop, which ran on
+one thread where the columns are one panel (a 10-statement row program's 128 -> 64
+product: all 64 rows of a batch of 64 on one core).  ``tiling/strategy`` marks the
+inside of the cache tile with the loop of its register tiles over the rows
+(``poly/transform.rows_split``); where the mark is met outside every parallel loop (the
+partial tile), its code runs as one parallel region: every thread packs its own copy
+of the operand (the packed buffers are the threads' own), the register tiles of rows
+are shared (``omp for``), and what follows them (the rows past the last whole register
+tile) runs on one thread (``omp single``) once all are done.
+"""
+from __future__ import annotations
+
+import re
+
+import cgen as c
+import islpy as isl
+
+from .cexpr import isl_expr
+
+
+def rows_split(em, node, it: str):
+    """The code of the marked ``node`` (``em``: the ``emit.CEmitter``) as a parallel
+    region sharing the loop ``it``, or None where it is not one: inside a parallel loop
+    (the full tiles), on one thread, in a kernel of fixed sizes, with buffers of the
+    loops around it, or where the loop is not a child of the node's block after nothing
+    but copies into packed buffers."""
+    T = isl.ast_node_type
+    if em.outlining or em.team < 2 or not em.scop.symbolic or \
+            any(lcs for _, lcs in em.scoped):
+        return None
+    if node.get_type() == T.block:
+        kids = node.block_get_children()
+        kids = [kids.get_at(i) for i in range(kids.n_ast_node())]
+    else:
+        kids = [node]
+    at = next((i for i, k in enumerate(kids) if _loop(em, k, it) is not None), None)
+    if at is None or not all(_copies(em, k) for k in kids[:at]):
+        return None
+    guard, loop_node, after = _loop(em, kids[at], it)
+    em.outlining += 1  # (nothing inside forks a region of its own)
+    try:
+        pre = [x for k in kids[:at] for x in em.node(k)]
+        loop = em.node(loop_node)
+        after = [x for k in after for x in em.node(k)]
+        rest = [x for k in kids[at + 1:] for x in em.node(k)]
+    finally:
+        em.outlining -= 1
+    if len(loop) != 1 or not isinstance(loop[0], c.For):  # (as it was: one thread)
+        return pre + ([c.If(guard, c.Block(loop + after))] if guard else loop) + rest
+    shared = [c.Pragma("omp for schedule(static)"), loop[0]] + \
+        ([c.Pragma("omp single"), c.Block(after)] if after else [])
+    # (the guard depends on sizes only: every thread takes the same branch)
+    region = pre + ([c.If(guard, c.Block(shared))] if guard else shared)
+    if rest:
+        region += [c.Pragma("omp single"), c.Block(rest)]
+    call = em.outline(region, list(em.iters))
+    tests = [t for t in (em.parallel_if, _enough(em, em.for_header(loop_node)[1])) if t]
+    if len(tests) < 2:  # (the loop's count not understood: as it was, on one thread)
+        return [call]
+    # (the same function, alone where it would not pay: its ``omp for`` and ``omp
+    # single`` then run on the calling thread)
+    return [c.If(" && ".join(f"({t})" for t in tests), c.Block([
+        c.Pragma("omp parallel" + em.team_clause(test=False)), c.Block([call])]),
+        c.Block([call]))]
+
+
+#: register tiles of rows each thread gets at least, or the rows stay on one thread: each
+#: thread packs its own copy of the operand first (a batch of 8 rows, one register tile
+#: and two rows, ran 1 us slower shared)
+LEAST_TILES = 2
+
+
+def _enough(em, header) -> str | None:
+    """C that holds where the loop of ``header`` (its ``for`` clauses) has
+    ``LEAST_TILES`` iterations per thread; None where its bounds are not ``c <= e``
+    or ``c < e`` with a constant step."""
+    init, cond, step = header
+    m = re.fullmatch(r"(c\d+) (<=?) (.+)", cond)
+    k = re.fullmatch(r"c\d+ \+= (\d+)L?", step)
+    if m is None or k is None:
+        return None
+    first = init.split(" = ", 1)[1]
+    span = f"({m.group(3)}) - ({first})" + (" + 1" if m.group(2) == "<=" else "")
+    return f"{span} > {(LEAST_TILES * em.team - 1) * int(k.group(1))}L"
+
+
+def _loop(em, node, it: str):
+    """``(C guard or None, the loop, what follows it under the guard)`` where ``node``
+    is the loop ``it`` that is not a copy into a packed buffer (isl names the copy's
+    loops by depth too), or a test without an else around that loop first (the full
+    register tiles of rows: ``M % 128 >= 8``); else None."""
+    T = isl.ast_node_type
+    guard, after = None, []
+    if node.get_type() == T.if_ and not node.if_has_else_node():
+        guard, node = isl_expr(node.if_get_cond()), node.if_get_then_node()
+        if node.get_type() == T.block:
+            kids = node.block_get_children()
+            node, after = kids.get_at(0), [kids.get_at(i) for i in range(1, kids.n_ast_node())]
+    if node.get_type() == T.for_ and \
+            node.for_get_iterator().id_get_id().get_name() == it and not _copies(em, node):
+        return guard, node, after
+    return None
+
+
+def _copies(em, node) -> bool:
+    """Whether the AST ``node`` does nothing but copy into packed buffers."""
+    T = isl.ast_node_type
+    t = node.get_type()
+    if t == T.for_:
+        return _copies(em, node.for_get_body())
+    if t == T.block:
+        kids = node.block_get_children()
+        return all(_copies(em, kids.get_at(i)) for i in range(kids.n_ast_node()))
+    if t == T.user:
+        return node.user_get_expr().op_get_arg(0).id_get_id().get_name() in em.packs
+    return False
