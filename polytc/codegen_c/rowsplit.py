@@ -58,9 +58,10 @@ def rows_split(em, node, it: str):
     if rest:
         region += [c.Pragma("omp single"), c.Block(rest)]
     call = em.outline(region, list(em.iters))
-    tests = [t for t in (em.parallel_if, _enough(em, em.for_header(loop_node)[1])) if t]
-    if len(tests) < 2:  # (the loop's count not understood: as it was, on one thread)
+    enough = _enough(em, em.for_header(loop_node)[1])
+    if enough is None:  # (the loop's count not understood: as it was, on one thread)
         return [call]
+    tests = [t for t in (em.parallel_if, enough) if t]
     # (the same function, alone where it would not pay: its ``omp for`` and ``omp
     # single`` then run on the calling thread)
     return [c.If(" && ".join(f"({t})" for t in tests), c.Block([
