@@ -474,3 +474,13 @@ def c_sizes(scop) -> tuple:
     shapes = {t: tuple(c(d) for d in dims) for t, dims in scop.dims.items()}
     env = {k: (k if k in scop.symbolic else v) for k, v in scop.env.items()}
     return shapes, env
+
+
+def span(header) -> str | None:
+    """The values a loop's iterator takes, from first to last (C; ``header``: its ``for``
+    clauses), for bounds ``c <= e`` or ``c < e``; else None."""
+    m = re.fullmatch(r"c\d+ (<=?) (.+)", header[1])
+    if m is None:
+        return None
+    first = header[0].split(" = ", 1)[1]
+    return f"({m.group(2)}) - ({first})" + (" + 1" if m.group(1) == "<=" else "")

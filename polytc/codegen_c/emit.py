@@ -28,7 +28,7 @@ from .halves import half_helpers
 from .tcopy import transposed_copy
 from .vloop import math_loop
 from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, dot4_helper, isl_expr,
-                    literal, statement_code, vdot4_helpers)
+                    literal, span, statement_code, vdot4_helpers)
 from .promote import Promotion
 from .rowsplit import rows_split
 
@@ -267,12 +267,8 @@ class CEmitter:
         if self.team < 2 or not any(re.search(rf"\b{n}\b", " ".join(header[:2]))
                                     for n in self.scop.symbolic):
             return None
-        init, cond = header[0].split(" = ", 1)[1], header[1]
-        m = re.fullmatch(r"c\d+ (<=?) (.+)", cond)
-        if m is None:
-            return None
-        count = f"({m.group(2)}) - ({init})" + (" + 1" if m.group(1) == "<=" else "")
-        return f"{count} >= {self.team}"
+        count = span(header)
+        return None if count is None else f"{count} >= {self.team}"
 
     def collapsing(self, n, it: str, header):
         """``header`` when the loop ``n`` runs a symbolic number of iterations (a

@@ -19,7 +19,7 @@ import re
 import cgen as c
 import islpy as isl
 
-from .cexpr import isl_expr
+from .cexpr import isl_expr, span
 
 
 def rows_split(em, node, it: str):
@@ -37,10 +37,11 @@ def rows_split(em, node, it: str):
         kids = [kids.get_at(i) for i in range(kids.n_ast_node())]
     else:
         kids = [node]
-    at = next((i for i, k in enumerate(kids) if _loop(em, k, it) is not None), None)
-    if at is None or not all(_copies(em, k) for k in kids[:at]):
+    at, found = next(((i, f) for i, f in enumerate(_loop(em, k, it) for k in kids)
+                      if f is not None), (None, None))
+    if found is None or not all(_copies(em, k) for k in kids[:at]):
         return None
-    guard, loop_node, after = _loop(em, kids[at], it)
+    guard, loop_node, after = found
     em.outlining += 1  # (nothing inside forks a region of its own)
     try:
         pre = [x for k in kids[:at] for x in em.node(k)]
@@ -78,15 +79,11 @@ LEAST_TILES = 2
 def _enough(em, header) -> str | None:
     """C that holds where the loop of ``header`` (its ``for`` clauses) has
     ``LEAST_TILES`` iterations per thread; None where its bounds are not ``c <= e``
-    or ``c < e`` with a constant step."""
-    init, cond, step = header
-    m = re.fullmatch(r"(c\d+) (<=?) (.+)", cond)
-    k = re.fullmatch(r"c\d+ \+= (\d+)L?", step)
-    if m is None or k is None:
+    or ``c < e`` with a constant step (``cexpr.span``)."""
+    values, k = span(header), re.fullmatch(r"c\d+ \+= (\d+)L?", header[2])
+    if values is None or k is None:
         return None
-    first = init.split(" = ", 1)[1]
-    span = f"({m.group(3)}) - ({first})" + (" + 1" if m.group(2) == "<=" else "")
-    return f"{span} > {(LEAST_TILES * em.team - 1) * int(k.group(1))}L"
+    return f"{values} > {(LEAST_TILES * em.team - 1) * int(k.group(1))}L"
 
 
 def _loop(em, node, it: str):
