@@ -259,24 +259,70 @@ def nt(float(M,K) A, float(N,K) B) -> (C) {
     assert "<= 32L" not in nt.specialize(f32(40, 96), f32(600, 96)).code
 
 
+def _projections(counts) -> str:
+    """A 128 -> 64 product and ReLU over ``counts`` rows by one kernel with the rows
+    symbolic, each checked against numpy; the code at the first count."""
+    k = polytc.tc("""def proj(float(N,D) X, float(D,E) W) -> (Y) {
+        h(n, e) +=! X(n, d) * W(d, e)
+        Y(n, e) = fmax(h(n, e), 0.0)
+    }""", dynamic=("N",), options=polytc.Options(num_threads=2))
+    code = None
+    for n in counts:
+        X, W = f32(n, 128), f32(128, 64)
+        np.testing.assert_allclose(k(X, W), np.maximum(X @ W, 0), rtol=1e-4, atol=1e-3)
+        code = code or k.specialize(X, W).code
+    return code
+
+
 def test_a_partial_tile_of_symbolic_rows_is_shared_by_the_threads(no_compile):
     """Columns in one tile, rows symbolic: the rows the full row tiles leave (all of
     them below one tile) run in one parallel region outside the loop of tiles, each
     thread packing its own copy of the weights, the register tiles of rows shared, the
     remainder rows on one thread (``codegen_c/rowsplit.py``); every row count, below,
     at and past a tile and its register tiles, computes the product."""
-    src = """def proj(float(N,D) X, float(D,E) W) -> (Y) {
-        h(n, e) +=! X(n, d) * W(d, e)
-        Y(n, e) = fmax(h(n, e), 0.0)
+    code = _projections((64, 1, 7, 13, 300, 97, 200))
+    region = code[code.index("#pragma omp for schedule(static)") - 400:]
+    assert "#pragma omp single" in region, code
+    assert re.search(r"#pragma omp parallel num_threads\(2\)\n\s*\{\n\s*pt_body\d+\(N",
+                     code), code
+    no_compile()
+
+
+def test_few_full_tiles_of_symbolic_rows_share_their_rows_too(no_compile):
+    """Fewer full row tiles than twice the threads, not a multiple of them (one 96-row
+    tile at 100 rows, three at 300 on two threads): every thread runs every tile, the
+    threads sharing its register tiles of rows (``rowsplit.tiles_split``); an even
+    count keeps the loop of tiles.  Every count of tiles computes the product."""
+    code = _projections((100, 96, 191, 192, 288, 383, 500))
+    test = re.search(r"if \(.*\) / (\d+)L\) % 2 != 0 && .* < 4\)\)\n\s*\{\n\s*"
+                     r"#pragma omp parallel num_threads\(2\)\n\s*\{\n\s*"
+                     r"pt_body(\d+)\(N", code)
+    assert test, code
+    body = code[code.index(f"void pt_body{test.group(2)}("):]
+    body = body[:body.index("\n}\n")]
+    assert re.search(rf"for \(long c\d+ = 0L; c\d+ < \(N - {int(test.group(1)) - 1}L\)",
+                     body), body
+    assert "#pragma omp for schedule(static)" in body, body
+    no_compile()
+
+
+def test_the_rows_of_a_generic_row_program_stay_vector_loops(no_compile):
+    """A fused row program too small to fork below a row per thread (a 64-wide softmax)
+    marks no parallel loops inside its loop of rows: they stay vector loops, not a call
+    of an outlined body per element (10x slower), and the kernel matches numpy."""
+    src = """def sm(float(N,E) h) -> (Y) {
+        mx(n) max=! h(n, e)
+        ex(n, e) = exp(h(n, e) - mx(n))
+        s(n) +=! ex(n, e)
+        Y(n, e) = ex(n, e) / s(n)
     }"""
     k = polytc.tc(src, dynamic=("N",), options=polytc.Options(num_threads=2))
-    for i, n in enumerate((64, 1, 7, 13, 300, 97, 200)):
-        X, W = f32(n, 128), f32(128, 64)
-        np.testing.assert_allclose(k(X, W), np.maximum(X @ W, 0), rtol=1e-4, atol=1e-3)
+    for i, n in enumerate((64, 1, 3)):
+        h = f32(n, 64)
+        e = np.exp(h - h.max(1, keepdims=True))
+        np.testing.assert_allclose(k(h), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
         if i == 0:
-            code = k.specialize(X, W).code
-            region = code[code.index("#pragma omp for schedule(static)") - 400:]
-            assert "#pragma omp single" in region, code
-            assert re.search(r"#pragma omp parallel num_threads\(2\)\n\s*\{\n\s*pt_body\d+\(N",
-                             code), code
+            code = k.specialize(h).code
+            assert code.count("#pragma omp parallel") == 1, code
+            assert code.count("#pragma omp simd") >= 3, code
             no_compile()

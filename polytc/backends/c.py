@@ -7,7 +7,7 @@ from ..codegen_c.cexpr import PRELUDE
 from ..codegen_c.compiler import build_facts, build_shared_object, warm_probes
 from ..codegen_c.emit import CEmitter
 from ..codegen_c.pack import packs_of
-from ..tiling.extents import statement_points
+from ..tiling.extents import least_symbolic, statement_points
 from ..lang import program as P
 from ..machine import threads
 from ..tiling.contract import text as contract_text
@@ -119,11 +119,7 @@ def _parallel_if(b) -> str:
     sym = b.scop.symbolic
     if not sym:
         return ""
-    points = sum(statement_points(s, b.env) for s in b.scop.stmts)
-    scale = 1
-    for n in sym:
-        scale *= max(1, b.env[n])
-    least = -(-b.options.parallel_min_points * scale // max(1, points))
+    least = least_symbolic(b.scop.stmts, b.env, sym, b.options.parallel_min_points)
     return "" if least <= 1 else f"({' * '.join(sym)}) >= {least}L"
 
 

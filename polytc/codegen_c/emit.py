@@ -30,7 +30,7 @@ from .vloop import math_loop
 from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, dot4_helper, isl_expr,
                     literal, span, statement_code, vdot4_helpers)
 from .promote import Promotion
-from .rowsplit import rows_split
+from .rowsplit import rows_split, tiles_split
 
 def _strip(text: str) -> str:
     """``(a <= b)`` -> ``a <= b`` (OpenMP wants a bare loop condition)."""
@@ -82,6 +82,9 @@ class CEmitter:
         #: temporaries kept in another tensor's array (``tiling/alias.py``)
         self.aliases = {d.subject: d.facts["into"] for d in decisions if d.kind == "alias"}
         self.outlining = 0  # the depth of outlined parallel loops around the node
+        #: inside ``rowsplit.tiles_split``'s region (its loop counts in ``outlining``),
+        #: and the row loops it has shared there
+        self.splitting = self.split_hits = 0
         self.in_simd = 0  # the depth of vector (``omp simd``) loops around it
         self.touched: list = []  # (local, inside an outlined loop) per printed instance
         #: locals some instance accesses outside the loop that declares them (isl put it
@@ -195,14 +198,14 @@ class CEmitter:
                     if batch:  # forks when it has an iteration per thread, else runs
                         # outside any parallel region (a nested region, even inside an
                         # inactive one, gets threads of its own: libgomp creates them)
-                        return [c.If(batch, c.Block(self.forked(pragma[0], loop)),
-                                     c.Block([loop]))]
+                        return self.split([c.If(batch, c.Block(self.forked(pragma[0], loop)),
+                                                c.Block([loop]))], n, header)
                     if self.batch_if and self.outlining:  # inside such a loop: forks when
                         # that one did not (a batch of one), else runs on its thread
                         self.nested_forks += 1
                         return [c.If(f"!({self.batch_if[-1]})",
                                      c.Block(self.forked(pragma[0], loop)), c.Block([loop]))]
-                    return self.forked(pragma[0], loop)
+                    return self.split(self.forked(pragma[0], loop), n, header)
                 ahead = steps(self.cursors, str(c.Block(inner))) if simd else []
                 phased = self.phases(it, header, inner) if simd else None
                 if phased is not None:
@@ -234,6 +237,16 @@ class CEmitter:
                 return self.folds[sst.name].instance(self, sst, printer)
             return [c.Statement(statement_code(sst, printer).rstrip(";"))]
         raise NotImplementedError(f"isl AST node {t}")
+
+    def split(self, out: list, n, header) -> list:
+        """``out``, the code of the parallel loop ``n`` (``header``: its ``for``
+        clauses), or where it is a symbolic contraction's loop of full tiles of rows
+        that ``rowsplit.tiles_split`` shares, that code where the tiles are few."""
+        split = None if self.outlining else tiles_split(self, n, header)
+        if split is None:
+            return out
+        test = " && ".join(f"({t})" for t in (self.parallel_if, split[0]) if t)
+        return [c.If(test, c.Block(split[1]), c.Block(out))]
 
     def phases(self, it: str, header, inner: list):
         """``(header, body)`` of a vector loop over ``it`` whose body reads through

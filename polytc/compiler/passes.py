@@ -13,7 +13,7 @@ from ..poly.privatize import shared_pass
 from ..poly.scop import Scop
 from ..tiling.alias import aliases
 from ..tiling.contract import contract
-from ..tiling.extents import statement_points
+from ..tiling.extents import least_symbolic, statement_points
 from ..tiling.contract import text as contract_text
 from ..tiling.fold import fold
 from ..tiling.gpu import map_schedule, strategy
@@ -122,10 +122,18 @@ def p_parallel(b: Build) -> Build:
     from ..machine import threads
 
     points = sum(statement_points(s, b.env, b.scop.symbolic) for s in b.scop.stmts)
+    team = threads(b.options.num_threads)
     # operands packed at each call go to each thread's own buffer (``codegen_c/pack.py``)
     per_call = any(d.kind == "pack" and d.facts.get("_box") is None for d in b.tiling)
+    # the loops inside a loop over a symbolic size run in parallel where it has fewer
+    # iterations than threads: never, where the kernel has too little work to fork at
+    # such a size (its run-time test, ``backends/c.py``), and their marks would cost the
+    # loops their vector code (a generic 64-wide softmax's rows ran 10x slower, one call
+    # of an outlined body per element)
+    idle = len(b.scop.symbolic) == 1 and least_symbolic(
+        b.scop.stmts, b.env, b.scop.symbolic, b.options.parallel_min_points) >= team
     s = sched.mark_parallel(current_schedule(b), b.options.parallel_min_points, points,
-                            threads(b.options.num_threads), nested=not per_call)
+                            team, nested=not per_call and not idle)
     return b.but(schedule=s)
 
 

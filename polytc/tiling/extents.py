@@ -50,3 +50,15 @@ def products(sst) -> int:
     8-bit products), else 1 (a cost model counts the depth of the same float loop)."""
     rhs = sst.stmt.rhs
     return 4 if getattr(rhs, "func", None) == "dot4" else 1
+
+
+def least_symbolic(stmts, env, names, min_points: int) -> int:
+    """The least product of the symbolic sizes ``names`` at which the statements reach
+    ``min_points`` instances (counted at ``env``'s hint sizes, scaled by that product):
+    below it a generic kernel runs on one thread (``backends/c.py``'s run-time test).
+    1 where any size does."""
+    points = sum(statement_points(s, env) for s in stmts)
+    scale = 1
+    for n in names:
+        scale *= max(1, env[n])
+    return max(1, -(-min_points * scale // max(1, points)))
