@@ -351,15 +351,14 @@ class Tiler:
                 operand.tensor not in self.constants and unit_stride(operand, jname) and \
                 _windowed(operand):
             # an image (a window read) whose rows end in a partial vector, read with unit
-            # stride anyway (a batch of images): unpacked, as through a batch of one, its
-            # partial vector stays in the micro-kernel (packed panels are whole vectors:
-            # the rest of the row left it, ResNet-18's 28 and 56 wide convolutions at
-            # batch 4 1.3x slower)
+            # stride anyway (a batch of images): unpacked, its partial vector stays in the
+            # micro-kernel (packed panels are whole vectors, the rest of the row left
+            # them: ResNet-18's 28 and 56 wide convolutions at batch 4 1.3x slower)
             operand = None
         itemsize = sst.stmt.rhs.dtype.np_dtype.itemsize
+        per_call = operand is not None and operand.tensor not in self.constants
         sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
-                          itemsize, self.machine, operand is not None, cores,
-                          per_call=operand is not None and operand.tensor not in self.constants)
+                          itemsize, self.machine, operand is not None, cores, per_call)
         if strided and lead:
             rest = math.prod(ext[p_red + r] for r in range(len(red)) if r != k_big)
             sz = _strided_sizes(sz, ext[len(outer)], ext[p_red - 1], ext[p_red + k_big],
@@ -373,7 +372,8 @@ class Tiler:
         ti, tj, tk = sz.cache
         sym = [self.symbolic(sst, vars_[m]) for m in order]
         if lead and sym[len(outer)] and not sym[p_red - 1] and not self.options.tile:
-            ti, tj = generic_rows(mr, nr, tk, ext[p_red - 1], itemsize, self.machine)
+            ti, tj, tk = generic_rows(mr, nr, tk, ext[p_red - 1], ext[p_red + k_big],
+                                      itemsize, self.machine, per_call)
         tj = _round_up(tj, nr)
         if operand is None:  # packed: Ti divides i evenly (full cache tiles, one loop)
             ti = _round_up(ti, mr)
