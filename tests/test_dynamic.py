@@ -294,7 +294,7 @@ def test_few_full_tiles_of_symbolic_rows_share_their_rows_too(no_compile):
     threads sharing its register tiles of rows (``rowsplit.tiles_split``); an even
     count keeps the loop of tiles.  Every count of tiles computes the product."""
     code = _projections((100, 96, 191, 192, 288, 383, 500))
-    test = re.search(r"if \(.*\) / (\d+)L\) % 2 != 0 && .* < 4\)\)\n\s*\{\n\s*"
+    test = re.search(r"if \(.* / (\d+)L\) \* 18L < .* / 2L \* 34L\)\)\n\s*\{\n\s*"
                      r"#pragma omp parallel num_threads\(2\)\n\s*\{\n\s*"
                      r"pt_body(\d+)\(N", code)
     assert test, code

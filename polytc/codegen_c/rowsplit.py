@@ -78,11 +78,12 @@ def tiles_split(em, n, header) -> tuple | None:
     """``(C test, code)``: the parallel loop of a symbolic contraction's full tiles of
     rows (``n``, its ``for`` clauses ``header``) as one parallel region in which every
     thread runs every tile and the threads share each tile's register tiles of rows (as
-    ``rows_split`` shares a partial tile's); the test holds where the tiles are fewer
-    than twice the threads and not a multiple of them: the loop of tiles would leave a
-    thread idle for a whole tile (the 96-row tiles of a generic 128 -> 64 product at 100
-    rows: all on one core, 1.75x the time of a kernel made for 100 rows).  None where
-    no tile has a ``rowsplit`` mark, or its rows could not be shared."""
+    ``rows_split`` shares a partial tile's); the test holds where that costs less than
+    the loop of tiles, which leaves a thread idle for a whole tile where their count is
+    not a multiple of the threads' (the 96-row tiles of a generic 128 -> 64 product at
+    100 rows: all on one core, 1.75x the time of a kernel made for 100 rows), each
+    thread then packing every tile's operand (``PACK_SHARE``).  None where no tile has
+    a ``rowsplit`` mark, or its rows could not be shared."""
     k = re.fullmatch(r"c\d+ \+= (\d+)L?", header[2])
     values = span(header)
     if em.team < 2 or k is None or values is None or not _marked(n.for_get_body()):
@@ -97,8 +98,10 @@ def tiles_split(em, n, header) -> tuple | None:
         em.splitting -= 1
     if em.split_hits == hits:
         return None
-    tiles = f"((({values}) + {step - 1}L) / {step}L)"
-    test = f"{tiles} % {em.team} != 0 && {tiles} < {2 * em.team}"
+    tiles, t, k = f"((({values}) + {step - 1}L) / {step}L)", em.team, PACK_SHARE
+    # T tiles shared (each thread all T packs and T / t of the products) against a
+    # loop of tiles (ceil(T / t) packs and products), a pack 1 / k of a tile's work
+    test = f"{tiles} * {t + k}L < ({tiles} + {t - 1}L) / {t}L * {t * (k + 1)}L"
     call = em.outline(loop, list(em.iters))
     return test, [c.Pragma("omp parallel" + em.team_clause(test=False)), c.Block([call])]
 
@@ -120,6 +123,10 @@ def _marked(node) -> bool:
         return any(_marked(kids.get_at(i)) for i in range(kids.n_ast_node()))
     return False
 
+
+#: a tile's products over the packing of its operand, at least (``tiles_split``): a
+#: 96-row tile of a 128 -> 64 product computes 96 rows from each element it packs
+PACK_SHARE = 16
 
 #: register tiles of rows each thread gets at least, or the rows stay on one thread: each
 #: thread packs its own copy of the operand first (a batch of 8 rows, one register tile
