@@ -3,7 +3,6 @@ idle machine, one while a busy neighbour makes the team's barriers wait, all aga
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -242,36 +241,6 @@ def test_workers_are_pinned_while_the_machine_is_quiet_and_free_while_busy():
     clock.t += 0.6
     place.update()
     assert calls == [0, 1] and place.on
-
-
-def test_a_look_counts_only_a_neighbour_that_runs_now(monkeypatch, tmp_path):
-    """``Load.crowded``: other processes' CPU time since the last look counts only while
-    one of them runs at the look (a benchmark's other contender, idle by this process's
-    turn, competes with nothing); ``_others_running`` reads the machine's runnable count
-    over this process's running threads."""
-    import subprocess
-    import sys
-
-    from polytc.runtime import placement as P
-
-    clock = Clock()
-    samples = iter([(0.0, 0.0, 0.0), (1.0, 0.9, 0.0), (2.0, 1.8, 0.0)])
-    monkeypatch.setattr(P.Load, "_sample", lambda self: next(samples))
-    load = P.Load(clock)
-    monkeypatch.setattr(P, "_others_running", lambda: False)
-    assert not load.crowded()  # (busy since, but nobody runs now)
-    monkeypatch.setattr(P, "_others_running", lambda: True)
-    assert load.crowded()
-    monkeypatch.undo()
-    if not sys.platform.startswith("linux"):
-        pytest.skip("/proc is Linux's")
-    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.2)
-        assert any(P._others_running() for _ in range(50))
-    finally:
-        spin.kill()
-        spin.wait()
 
 
 def _masks():

@@ -38,12 +38,7 @@ _LATEST: dict = {}
 class Load:
     """Whether other processes kept the machine's CPUs busy since the last call: the
     busy time ``/proc/stat`` counts over all CPUs (steal included: a virtual machine's
-    host taking them) less this process's own, over at least ``CROWDED`` of a core, and
-    one of them runs now (``_others_running``): a process that used the CPUs while this
-    one waited (a benchmark's other contender, its thread pool spinning after its turn,
-    idle by the time this one runs) competes with nothing.  In ``bench_onnx.py``'s
-    worker 10 of 11 looks had found onnxruntime's past turn: the workers ran unpinned
-    and the governor probed one thread every 2 s instead of 30."""
+    host taking them) less this process's own, over at least ``CROWDED`` of a core."""
 
     def __init__(self, clock=time.perf_counter):
         self.clock = clock
@@ -69,26 +64,7 @@ class Load:
         if now is None or before is None or now[0] <= before[0]:
             return True
         others = (now[1] - before[1]) - (now[2] - before[2])
-        return others >= CROWDED * (now[0] - before[0]) and _others_running()
-
-
-def _others_running() -> bool:
-    """Whether a thread of another process is running or waiting to run now: the
-    machine's runnable count (``/proc/loadavg``) over this process's threads in state
-    ``R`` (``/proc/self/task``).  True where either cannot be read."""
-    try:
-        with open("/proc/loadavg", "rb") as f:
-            running = int(f.read().split()[3].split(b"/")[0])
-        mine = 0
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-                    mine += f.read().rsplit(b")", 1)[1].split()[0] == b"R"
-            except OSError:
-                continue  # (a thread that ended meanwhile)
-    except (OSError, ValueError, IndexError):
-        return True
-    return running > mine
+        return others >= CROWDED * (now[0] - before[0])
 
 
 class Placement:
