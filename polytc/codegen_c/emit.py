@@ -240,8 +240,8 @@ class CEmitter:
 
     def split(self, out: list, n, header) -> list:
         """``out``, the code of the parallel loop ``n`` (``header``: its ``for``
-        clauses), or where it is a symbolic contraction's loop of full tiles of rows
-        that ``rowsplit.tiles_split`` shares, that code where the tiles are few."""
+        clauses), or where it is a symbolic contraction's loop of full tiles of rows,
+        ``rowsplit.tiles_split``'s region where its test holds and ``out`` else."""
         split = None if self.outlining else tiles_split(self, n, header)
         if split is None:
             return out

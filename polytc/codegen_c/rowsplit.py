@@ -84,11 +84,11 @@ def tiles_split(em, n, header) -> tuple | None:
     100 rows: all on one core, 1.75x the time of a kernel made for 100 rows), each
     thread then packing every tile's operand (``PACK_SHARE``).  None where no tile has
     a ``rowsplit`` mark, or its rows could not be shared."""
-    k = re.fullmatch(r"c\d+ \+= (\d+)L?", header[2])
+    stride = re.fullmatch(r"c\d+ \+= (\d+)L?", header[2])
     values = span(header)
-    if em.team < 2 or k is None or values is None or not _marked(n.for_get_body()):
+    if em.team < 2 or stride is None or values is None or not _marked(n.for_get_body()):
         return None
-    hits, step = em.split_hits, int(k.group(1))
+    hits, step = em.split_hits, int(stride.group(1))
     em.splitting += 1
     em.outlining += 1  # (nothing inside forks a region of its own)
     try:
