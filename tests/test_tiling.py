@@ -98,6 +98,25 @@ def test_aligned_outputs_and_inputs():
     np.testing.assert_array_equal(C, A @ A)
 
 
+def test_a_streamed_operand_is_read_where_it_lies():
+    """17 rows stream a 512 x 512 operand unpacked: no aligned copy of it at each call
+    (3-6x the kernel's time for 7-15% of unaligned loads), nor of the operand the tile
+    only broadcasts; without vector code, the operand read along the lanes 64 times per
+    element is still copied aligned, the broadcast one not."""
+    from polytc.runtime.memory import offset_copy
+
+    rng = np.random.default_rng(5)
+    A, B = (offset_copy(rng.standard_normal(s).astype(np.float32), 16)
+            for s in ((17, 512), (512, 512)))
+    k = polytc.tc(MATMUL)
+    assert k.specialize(A, B).align_inputs == ()
+    np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-3)
+    A, B = (offset_copy(rng.standard_normal(s).astype(np.float32), 16)
+            for s in ((64, 96), (96, 80)))
+    assert polytc.tc(MATMUL, options=polytc.Options(vectorize=False)).specialize(
+        A, B).align_inputs == (1,)
+
+
 BICG = """def bicg(float(N,M) A, float(N) r, float(M) p) -> (s, q) {
     s(j) +=! A(i, j) * r(i)
     q(i) +=! A(i, j) * p(j)

@@ -85,12 +85,21 @@ def prepacked(b) -> list:
             for p in packs_of(b.tiling, b.scop).values() if p.box is not None and not p.alias]
 
 
+#: the reuse of each element of an input (statement instances over its elements) from
+#: which a register-tiled contraction gets an aligned copy of it (``align_inputs``)
+ALIGN_REUSE = 64
+
+
 def align_inputs(b) -> list:
-    """Inputs of a register-tiled contraction whose every element is reused at least 16
-    times: only then does an aligned copy pay for itself (a matrix-vector product reads
-    each element once, and the copy would cost as much as the kernel).  Not those of a
-    contraction with a packed operand: the packed copy is aligned, and its other operands
-    are only broadcast (scalar loads, for which alignment does not matter)."""
+    """Inputs of a register-tiled contraction whose every element is reused at least
+    ``ALIGN_REUSE`` times: only then does an aligned copy pay for itself.  A matrix-vector
+    product reads each element once, and the copy would cost as much as the kernel; a
+    product of 17 to 32 rows streams its other operand unpacked (``tiling/pack``), where
+    a fresh aligned copy of a 512 x 512 one (its pages faulted in at every call) took
+    3-6x the time of the kernel, which loses 7-15% to unaligned loads (17 rows: 112 ->
+    21 us with the copy left out, 32 rows: 64 -> 35).  Not those of a contraction with a
+    packed operand: the packed copy is aligned; nor the operands a tile broadcasts
+    (scalar loads, for which alignment does not matter: the 17 rows' 34 KB)."""
     out = set()
     packed = {d.subject for d in b.tiling if d.kind == "pack"}
     for d in b.tiling:
@@ -98,12 +107,12 @@ def align_inputs(b) -> list:
             continue
         sst = next(s for s in b.scop.stmts if s.name == d.subject)
         points = statement_points(sst, b.env, b.scop.symbolic)
-        for e in P.reads(sst.stmt.rhs):
-            if len(e.indices) >= 2:
+        for e in P.reads(sst.stmt.rhs):  # (vector loads: reads along the lanes)
+            if len(e.indices) >= 2 and d.facts.get("_j") in P.index_names(*e.indices):
                 size = 1
                 for n in b.scop.shapes[e.tensor]:
                     size *= n
-                if points >= 16 * size:
+                if points >= ALIGN_REUSE * size:
                     out.add(e.tensor)
     return [i for i, t in enumerate(b.program.inputs) if t.name in out]
 

@@ -440,7 +440,7 @@ class Tiler:
             inner = inner.insert_mark(isl.Id(name, context=inner.get_ctx())).child(0)
             inner = inner.child(0)
         inner = T.mark(inner, "simd")
-        facts = {"order": order, "cache": cache, "register": reg}
+        facts = {"order": order, "cache": cache, "register": reg, "_j": jname}
         if strided:
             facts["lanes"] = jname
         if panels_first:
