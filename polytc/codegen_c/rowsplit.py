@@ -83,11 +83,12 @@ def tiles_split(em, n, header) -> tuple | None:
     not a multiple of the threads' (the 96-row tiles of a generic 128 -> 64 product at
     100 rows: all on one core, 1.75x the time of a kernel made for 100 rows), each
     thread then packing every tile's operand (``PACK_SHARE``).  None where no tile has
-    a ``rowsplit`` mark, or its rows could not be shared."""
+    a ``rowsplit`` mark, its count is fixed, or its rows could not be shared."""
     stride = re.fullmatch(r"c\d+ \+= (\d+)L?", header[2])
     values = span(header)
-    if em.team < 2 or stride is None or values is None or not _marked(n.for_get_body()):
-        return None
+    if em.team < 2 or stride is None or values is None or not _marked(n.for_get_body()) \
+            or not any(re.search(rf"\b{x}\b", values) for x in em.scop.symbolic):
+        return None  # (a fixed count of tiles, columns': the tiler shared them evenly)
     hits, step = em.split_hits, int(stride.group(1))
     em.splitting += 1
     em.outlining += 1  # (nothing inside forks a region of its own)
