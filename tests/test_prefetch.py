@@ -88,12 +88,56 @@ def test_a_channel_lane_tiles_residual_is_prefetched_while_it_computes(h, w):
         "for (" not in ck.code[ck.code.find("\n", loop.start()) + 1:spread.start()]
 
 
-def test_tensors_in_the_last_level_cache_are_not_prefetched(monkeypatch):
+def test_operands_in_the_last_level_cache_are_not_prefetched(monkeypatch):
     from polytc.codegen_c import prefetch
 
     monkeypatch.setattr(prefetch, "_last_level", lambda: 1 << 30)
     ck = check(POINTWISE, [(16, 128), (2, 128, 3021)], ONE.replace(constants=("Wt",)))
-    assert "__builtin_prefetch" not in ck.code
+    assert "__builtin_prefetch(&" not in ck.code  # (only ``next_tile``'s, of the result)
+
+
+MATMUL = """
+def mm(float(M,K) A, float(K,N) B) -> (C) {
+    C(i, j) +=! A(i, k) * B(k, j)
+}"""
+
+
+def _next_tiles(code: str) -> list:
+    """The tables of ``next_tile``: each a list of its addresses (C text)."""
+    return [t.split(", (const char *)") for t in
+            re.findall(r"const char \*const pt_nt\[\d+\] = \{(.*)\};", code)]
+
+
+def test_a_tile_asks_for_the_next_tiles_result_while_it_computes():
+    """A 130 x 1030 result (larger than L2, as the fixture has it) over 900 products
+    each (more than one reduction tile: the tiles load their accumulators): the tiles
+    run along its rows, each asking for the lines of the next one's accumulators, one
+    every few steps of its reduction loop, so that they are in the core's caches when
+    that tile loads them."""
+    ck = check(MATMUL, [(130, 900), (900, 1030)], ONE, rtol=1e-4, atol=1e-4)
+    if "pt_v" not in ck.code:
+        pytest.skip("no vector register tiles on this machine")
+    tables = _next_tiles(ck.code)
+    assert tables and all(all("&C[" in a for a in t) for t in tables), ck.code
+    after = ck.code[ck.code.find("pt_nt["):]
+    step = re.search(r"for \(long (c\d+) = [^;]*;[^{]*\{\s*(if \(\(\(\1 - \d+L\) & \d+L\)"
+                     r" == 0L|for \(long pt_l = \(\1 - )", after)
+    assert step and "__builtin_prefetch(pt_nt[" in after[step.start():step.start() + 300], \
+        after[:2000]
+
+
+@pytest.mark.parametrize("shapes", [[(300, 640), (640, 64)], [(131, 900), (900, 1030)],
+                                    [(130, 300), (300, 1030)]])
+def test_a_row_of_one_tile_or_a_result_in_l2_is_not_asked_for(monkeypatch, shapes):
+    """A 64-column result (each tile a whole row: the next along the lanes is none), the
+    130-row product's result once L2 holds it, and over 300 products (one reduction
+    tile: its accumulators start at zero, no load waits)."""
+    from polytc.codegen_c import prefetch
+
+    if shapes[0][0] == 131:
+        monkeypatch.setattr(prefetch, "_beyond_l2", lambda: 1 << 30)
+    ck = check(MATMUL, shapes, ONE, rtol=1e-4, atol=1e-4)
+    assert not _next_tiles(ck.code) and "pt_nt" not in ck.code
 
 
 # max pooling 3x3/2 of a padded plane (ResNet-18's after its stem): each iteration

@@ -36,7 +36,7 @@ from ..machine import host
 from ..tiling.pack import unit_stride
 from .cexpr import target_code
 from .pack import PackPrinter
-from .prefetch import during, streamed
+from .prefetch import ahead_along, during, next_tile, streamed
 
 _OPS = ("+", "-", "*")
 _OP = isl.ast_expr_op_type
@@ -243,6 +243,8 @@ def micro_kernel(em, loops, items):
     loads: list = []
     strided: list = []  # per row whose accumulators have the result's stride
     ahead: list = []  # prefetches of the next tile's streamed vectors (``streamed``)
+    nexts: list = []  # the next tile's accumulator lines (``next_tile``)
+    line = max(1, 64 // (lanes * itemsize))  # vectors a cache line holds
     direct, stores = [], []  # (see ``handover``)
     starts = []  # per row: where its code starts in epi, post, direct, stores
     for u, (inner, sst, printer) in enumerate(rows):
@@ -334,6 +336,11 @@ def micro_kernel(em, loops, items):
                 def store(value, ut=ut, part=part, target=target):
                     return c.Statement(f"{mstore}(&{target}, {value}, {part})" if part else
                                        f"*({ut} *)&{target} = {value}")
+                if v % line == 0 and ahead_along(em, sst.stmt.tensor, width,
+                                                 printer.vars[jvars[0]], first):
+                    nxt = f"{lo + width + v * lanes}L"
+                    nexts.append(target_code(sst, em.printer(sst, {
+                        k: re.sub(rf"\b{lane}\b", nxt, x) for k, x in printer.vars.items()})))
                 if scaled is None:  # the accumulators start at the result's values
                     decls.append(c.Statement(f"{vt} {acc} = {load}"))
                     (stores if handover else epi).append(store(acc))
@@ -377,6 +384,10 @@ def micro_kernel(em, loops, items):
         spread = during(em, _row_loop(strided), len(strided),
                         (em.for_header(loops[0])[0], *const_bounds(loops[0])), nvec * lanes,
                         strided[0].ends[1])
+    if loops and not strided:
+        table, step = next_tile(nexts, (em.for_header(loops[0])[0], *const_bounds(loops[0])))
+        decls += table
+        spread += step
     for k, lp in enumerate(reversed(loops)):
         nest = [c.For(*em.for_header(lp)[1], c.Block(
             (spread if k == len(loops) - 1 else []) + nest))]
