@@ -679,6 +679,35 @@ def test_j_tiles_waste_few_lanes():
     assert choose_sizes(1000, 169, 512, 4, two, packed=True).register == (8, 48)
 
 
+@pytest.mark.parametrize("shapes,tile,loop", [
+    ([(100, 64), (64, 64)], (56, 64, 64), "c0 = 0L; c0 <= 99L; c0 \\+= 56L"),
+    ([(32, 64), (64, 80)], (32, 48, 64), "c1 = 0L; c1 <= 79L; c1 \\+= 48L")])
+@pytest.mark.parametrize("constant", [False, True])
+def test_a_partial_last_tile_of_the_parallel_loop_stays_in_it(shapes, tile, loop, constant):
+    """Rows in a full tile of 56 and a partial one of 44, or one tile of rows and columns
+    in tiles of 48 and 32, a tile per core: isolating the full tiles left two loops of
+    one iteration each and nothing in parallel (the whole kernel ran on one core); the
+    parallel loop keeps both tiles."""
+    from polytc.machine import host
+
+    opts = polytc.Options(tile=tile, parallel_min_points=1,
+                          constants=("B",) if constant else ())
+    ck = check(MATMUL, shapes, opts, rtol=1e-4, atol=1e-4)
+    if host().cores < 2:
+        pytest.skip("one core: nothing runs in parallel")
+    assert re.search(rf"#pragma omp parallel for\s+for \(long {loop}\)", ck.code), ck.code
+
+
+def test_only_a_few_partial_tiles_of_the_outermost_loop_are_loose():
+    from polytc.tiling.sizes import loose_tiles
+
+    assert loose_tiles([1000, 160, 512], [504, 160, 512], [False] * 3, 2) == (0,)
+    assert loose_tiles([1008, 160, 512], [504, 160, 512], [False] * 3, 2) == ()  # all full
+    assert loose_tiles([1000, 160, 512], [96, 160, 512], [False] * 3, 2) == ()  # 11 tiles
+    assert loose_tiles([1000, 160, 512], [504, 160, 512], [True, False, False], 2) == ()
+    assert loose_tiles([32, 80, 64], [32, 48, 64], [False] * 3, 2) == (1,)  # one row tile
+
+
 def test_partial_row_tiles_run_micro_kernels():
     """Rows that end in a partial register tile (20 in tiles of 8), in cache tiles
     whose columns end in one too (100 in 32s): every tile is a micro-kernel, none runs

@@ -32,15 +32,16 @@ def tile(node, sizes):
 ISOLATE_OPERATIONS = 5_000_000
 
 
-def isolate_full_tiles(tile_node, sizes):
+def isolate_full_tiles(tile_node, sizes, loose: tuple = ()):
     """Ask the AST generator to emit full tiles separately (constant trip counts inside);
     unchanged when isl runs past ``ISOLATE_OPERATIONS`` working them out (the guards
-    stay in every tile: correct, slower)."""
+    stay in every tile: correct, slower).  ``loose``: band members whose tiles count as
+    full when partial (their loop keeps all its tiles together)."""
     ctx = tile_node.get_ctx()
     ctx.set_max_operations(ISOLATE_OPERATIONS)
     ctx.reset_operations()
     try:
-        opts = _isolated(tile_node, sizes)
+        opts = _isolated(tile_node, sizes, loose)
     except isl.Error:
         return tile_node
     finally:
@@ -50,7 +51,7 @@ def isolate_full_tiles(tile_node, sizes):
     return tile_node.band_set_ast_build_options(opts)
 
 
-def _isolated(tile_node, sizes):
+def _isolated(tile_node, sizes, loose: tuple = ()):
     """The ``isolate`` AST build option of ``isolate_full_tiles``; None when every tile
     is full: then the option changes no loop but costs the AST generator a separation
     of each band below it (a ResNet-18 convolution group's AST: 40 -> 27 ms)."""
@@ -62,6 +63,9 @@ def _isolated(tile_node, sizes):
     image = prefix.range_product(tmap).range_product(pmap).intersect_domain(dom).range()
     pairs = isl.Set.from_union_set(image).unwrap()  # [prefix -> tile] -> point
     tiles = pairs.domain()
+    for d in sorted(loose, reverse=True):  # (a tile is full whatever it holds of them)
+        pairs = pairs.project_out(isl.dim_type.out, d, 1)
+    sizes = [s for d, s in enumerate(sizes) if d not in loose]
     names = [f"o{i}" for i in range(len(sizes))]
     cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, sizes))
     box = isl.Set.read_from_str(ctx, "{ [" + ", ".join(names) + "] : " + cons + " }")

@@ -229,6 +229,22 @@ def generic_rows(mr: int, nr: int, tk: int, ext_j: int, ext_k: int, itemsize: in
     return ti, tj, tk
 
 
+def loose_tiles(ext: list, cache: list, sym: list, cores: int) -> tuple:
+    """The members of a cache band whose partial last tile the AST keeps in the loop of
+    their tiles (``transform.isolate_full_tiles``'s ``loose``): the outermost loop of
+    several tiles (the parallel one: those outside it are one tile), where it has a tile
+    per core at most and the last one is partial.  Isolated, the full tiles and the
+    partial one are each a loop of one iteration, and nothing is left to run in
+    parallel (a 1000 x 512 x 160 product with constant weights, rows in tiles of 504
+    and 496, ran on one core: 648 -> 336 us)."""
+    for d, (e, c, y) in enumerate(zip(ext, cache, sym)):
+        if y or e <= 0:
+            return ()
+        if e > c:  # (several tiles)
+            return (d,) if e % c and -(-e // c) <= cores else ()
+    return ()
+
+
 def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
                    cores: int, rest: int = 1, itemsize: int = 4, l2: int = 0,
                    registers: int = 32) -> Sizes:

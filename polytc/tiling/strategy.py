@@ -26,7 +26,7 @@ from .decisions import Decision
 from .pack import batch_index, outer_indices, pack, streamed, unit_stride, vector_operand
 from ..machine import Machine
 from . import extents as X
-from .sizes import Sizes, _round_up, _strided_sizes, choose_sizes, generic_rows
+from .sizes import Sizes, _round_up, _strided_sizes, choose_sizes, generic_rows, loose_tiles
 
 
 class Tiler:
@@ -395,7 +395,7 @@ class Tiler:
         reg = [min(r, c) for r, c in zip(reg, cache)]
         packed = operand is not None and reg[p_red - 1] == nr and cache[p_red - 1] % nr == 0
         node = T.tile(node, cache)
-        node = T.isolate_full_tiles(node, cache)
+        node = T.isolate_full_tiles(node, cache, loose_tiles(ext, cache, sym, self.machine.cores))
         point = node.child(0)
         if packed:
             point, decision = pack(point, sst, operand, [vars_[m] for m in order], cache,
