@@ -698,14 +698,36 @@ def test_a_partial_last_tile_of_the_parallel_loop_stays_in_it(shapes, tile, loop
     assert re.search(rf"#pragma omp parallel for\s+for \(long {loop}\)", ck.code), ck.code
 
 
-def test_only_a_few_partial_tiles_of_the_outermost_loop_are_loose():
+def test_a_batch_of_three_products_runs_in_parallel():
+    """3 products of 257 rows on 2 cores: the rows' tiles (129 and 128) are the parallel
+    loop, inside the batch's; isolated, they ran on one core."""
+    from polytc.machine import host
+
+    ck = check("def bmm(float(B,M,K) X, float(B,K,N) Y) -> (Z) {\n"
+               "    Z(b, i, j) +=! X(b, i, k) * Y(b, k, j)\n}",
+               [(3, 257, 40), (3, 40, 160)], polytc.Options(), rtol=1e-4, atol=1e-4)
+    if host().cores < 2:
+        pytest.skip("one core: nothing runs in parallel")
+    assert "#pragma omp parallel" in ck.code, ck.code
+
+
+def test_only_a_few_partial_tiles_of_a_loop_that_may_be_parallel_are_loose():
+    from polytc.machine import Machine
     from polytc.tiling.sizes import loose_tiles
 
-    assert loose_tiles([1000, 160, 512], [504, 160, 512], [False] * 3, 2) == (0,)
-    assert loose_tiles([1008, 160, 512], [504, 160, 512], [False] * 3, 2) == ()  # all full
-    assert loose_tiles([1000, 160, 512], [96, 160, 512], [False] * 3, 2) == ()  # 11 tiles
-    assert loose_tiles([1000, 160, 512], [504, 160, 512], [True, False, False], 2) == ()
-    assert loose_tiles([32, 80, 64], [32, 48, 64], [False] * 3, 2) == (1,)  # one row tile
+    two = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    assert loose_tiles([1000, 160, 512], [504, 160, 512], [False] * 3, 0, 2, two) == (0,)
+    assert loose_tiles([1008, 160, 512], [504, 160, 512], [False] * 3, 0, 2, two) == ()
+    assert loose_tiles([1000, 160, 512], [96, 160, 512], [False] * 3, 0, 2, two) == ()  # 11
+    assert loose_tiles([1000, 160, 512], [504, 160, 512], [True, False, False], 0, 2,
+                       two) == ()
+    assert loose_tiles([32, 80, 64], [32, 48, 64], [False] * 3, 0, 2, two) == (1,)
+    # only the parallel loop: not one inside it, nor the reduction's
+    assert loose_tiles([1000, 80, 64], [96, 48, 64], [False] * 3, 0, 2, two) == ()
+    assert loose_tiles([32, 64, 100], [32, 64, 64], [False] * 3, 0, 2, two) == ()
+    # a batch of 3 around rows in tiles of 129 and 128, the rows' loop the parallel one
+    assert loose_tiles([3, 257, 160, 128], [1, 129, 160, 96], [False] * 4, 0, 3, two) == ()
+    assert loose_tiles([3, 257, 160, 128], [1, 129, 160, 96], [False] * 4, 1, 3, two) == (1,)
 
 
 def test_partial_row_tiles_run_micro_kernels():

@@ -395,7 +395,8 @@ class Tiler:
         reg = [min(r, c) for r, c in zip(reg, cache)]
         packed = operand is not None and reg[p_red - 1] == nr and cache[p_red - 1] % nr == 0
         node = T.tile(node, cache)
-        node = T.isolate_full_tiles(node, cache, loose_tiles(ext, cache, sym, self.machine.cores))
+        loose = loose_tiles(ext, cache, sym, len(outer) * (cores is None), p_red, self.machine)
+        node = T.isolate_full_tiles(node, cache, loose)
         point = node.child(0)
         if packed:
             point, decision = pack(point, sst, operand, [vars_[m] for m in order], cache,
@@ -531,8 +532,7 @@ class Tiler:
             for r in P.reads(s.stmt.rhs):
                 if len(r.indices) < 2 or not isinstance(r.indices[-1], P.Index):
                     continue
-                v = s.vars.index(r.indices[-1].name) if r.indices[-1].name in s.vars \
-                    else None
+                v = s.vars.index(r.indices[-1].name) if r.indices[-1].name in s.vars else None
                 m = mv[s.name].index(v) if v is not None and v in mv[s.name] else None
                 if m is not None and m != last:
                     pairs.add(m)
@@ -546,8 +546,7 @@ class Tiler:
             return node
         sizes = [1] * n
         sizes[m] = sizes[last] = size
-        self.report.append(Decision("transpose", [s.name for s in ssts],
-                                    {"tile": (size, size)}))
+        self.report.append(Decision("transpose", [s.name for s in ssts], {"tile": (size, size)}))
         return T.tile(node, sizes).child(0)
 
     def mark_inner(self, node, ssts, mv, coinc):
