@@ -711,6 +711,21 @@ def test_a_batch_of_three_products_runs_in_parallel():
     assert "#pragma omp parallel" in ck.code, ck.code
 
 
+@pytest.mark.parametrize("m,n,k,constant", [
+    (33, 160, 512, False), (257, 1000, 64, True), (600, 224, 64, False),
+    (7, 333, 512, False), (1000, 160, 64, True)])
+def test_a_product_with_work_for_every_core_runs_in_parallel(m, n, k, constant):
+    """Products that isolation had left on one core (their parallel loop: a full tile
+    and a partial one), with the cost model's own tiles."""
+    from polytc.machine import host
+
+    ck = check(MATMUL, [(m, k), (k, n)], polytc.Options(constants=("B",) if constant else ()),
+               rtol=1e-4, atol=1e-3)
+    if host().cores < 2:
+        pytest.skip("one core: nothing runs in parallel")
+    assert "#pragma omp parallel" in ck.code, ck.code
+
+
 def test_only_a_few_partial_tiles_of_a_loop_that_may_be_parallel_are_loose():
     from polytc.machine import Machine
     from polytc.tiling.sizes import loose_tiles
