@@ -745,6 +745,24 @@ def test_only_a_few_partial_tiles_of_a_loop_that_may_be_parallel_are_loose():
     assert loose_tiles([3, 257, 160, 128], [1, 129, 160, 96], [False] * 4, 1, 3, two) == (1,)
 
 
+@pytest.mark.parametrize("m,n,constant", [(33, 100, False), (21, 70, True)])
+def test_a_partial_tiles_rows_across_partial_lanes_run_micro_kernels(m, n, constant):
+    """Rows in tiles of 17 (or 11) and register tiles of 8, a reduction too deep for the
+    panels to stay in L1 (the rows' tiles outside the lanes'): the partial register
+    tile's rows run across every tile of the lanes, the last one partial too, in one
+    loop whose lanes end at ``min(15, ...)``; its full tiles of lanes run the
+    micro-kernel under a test, where all of them had run in plain loops (33 x 100 x
+    512: 98 -> 20 us)."""
+    opts = polytc.Options(tile=((m + 1) // 2, 128, 512), register_tile=(8, 16),
+                          constants=("B",) if constant else ())
+    ck = check(MATMUL, [(m, 512), (512, n)], opts, rtol=1e-3, atol=1e-3)
+    if "pt_v" not in ck.code:
+        pytest.skip("no vector register tiles on this machine")
+    test = re.search(r"if \(\(\(-c\d+\) \+ %dL\) >= 15L\)\s*\{\s*\{\s*pt_v\w+ pt_a0_0" % (n - 1),
+                     ck.code)
+    assert test, ck.code
+
+
 def test_partial_row_tiles_run_micro_kernels():
     """Rows that end in a partial register tile (20 in tiles of 8), in cache tiles
     whose columns end in one too (100 in 32s): every tile is a micro-kernel, none runs

@@ -125,9 +125,14 @@ class CEmitter:
         if t == T.mark:
             kind, _, depth = n.mark_get_id().get_name().partition(":")
             if kind == "promote":
-                promoted = Promotion(self, n.mark_get_node()).emit()
+                promotion = Promotion(self, n.mark_get_node())
+                promoted = promotion.emit()
                 if promoted is not None:
                     return self.versioned(promoted)
+                full = promotion.full_lanes()
+                if full is not None:  # (the loops as they are where the test fails)
+                    return [c.If(full[0], c.Block(self.versioned(full[1])),
+                                 c.Block(self.node(n.mark_get_node())))]
             if kind == "rows":
                 return self.unrolled(n.mark_get_node())
             if kind == "rowsplit":  # (a partial tile's rows, outside the parallel loop)

@@ -197,11 +197,12 @@ class Row(NamedTuple):
     guard: str | None = None
 
 
-def micro_kernel(em, loops, items):
-    """The vector code of a register tile (see the module's text), or None."""
+def micro_kernel(em, loops, items, lanes_at: tuple | None = None):
+    """The vector code of a register tile (the module's text), or None; ``lanes_at``:
+    the lanes' bounds, where their loop's vary (``Promotion.full_lanes``)."""
     if not em.vectorize or not items or any(r.inner is None for r in items):
         return None
-    bounds = {const_bounds(r.inner) for r in items}
+    bounds = {lanes_at or const_bounds(r.inner) for r in items}
     if len(bounds) != 1:
         return None
     lo, hi = bounds.pop()
@@ -259,8 +260,7 @@ def micro_kernel(em, loops, items):
             return None
         vecs, whole = set(), set()  # lane-dependent reads; those of a packed copy
         for r in P.reads(sst.stmt.rhs):
-            packed = printer.packed.get(r.tensor) if isinstance(printer, PackPrinter) \
-                else None
+            packed = printer.packed.get(r.tensor) if isinstance(printer, PackPrinter) else None
             if packed is not None and packed.read is not r:
                 packed = None  # another read of the packed tensor
             stride = _lane_stride(r, jvars[0]) if packed is None else \

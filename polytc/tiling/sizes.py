@@ -119,9 +119,13 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             # 28.6 -> 12.6 ms a group, the model's cold compile 1.15-1.19 -> 1.01-1.05
             # s, the run times of BERT, the transformer, MLP, LSTM and GRU within 1%)
             # (more accumulators than FMAs in flight, 8: a 4 x 2 vector tile on AVX2
-            # was slower than 6 x 2 and a partial one, mlp2's 2.68 against 2.36 ms)
-            mr = next((r for r in (8, 4) if ti % r == 0 and
-                       8 < r * -(-nr // lanes) <= acc), mr)
+            # was slower than 6 x 2 and a partial one, mlp2's 2.68 against 2.36 ms);
+            # 8 or 4, else any count up to 16 (the partial register tile, where the
+            # columns end in a partial vector too, ran in plain loops: 100 x 100 x 512
+            # in row tiles of 50, 8 x 16 -> 10 x 16, 193 -> 31 us)
+            nv = -(-nr // lanes)
+            mr = next((r for r in (8, 4, *range(min(16, acc // nv), 1, -1))
+                       if ti % r == 0 and 8 < r * nv <= acc), mr)
         elif cores == 1 and ti % mr and ti % 8 == 0 and nr == 4 * lanes and \
                 ext_j % (2 * lanes) == 0 and ext_k <= 256 and acc >= 16:
             # a product per batch element (loops around keep the cores busy) whose rows
