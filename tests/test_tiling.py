@@ -763,6 +763,18 @@ def test_a_partial_tiles_rows_across_partial_lanes_run_micro_kernels(m, n, const
     assert test, ck.code
 
 
+def test_a_row_tile_of_few_register_tiles_takes_rows_that_divide_it():
+    """100 rows on 2 cores, tiles of 50: neither 8 nor 4 rows divide them, 10 do (8
+    rows left a partial register tile of 2 in every tile: 100 x 100 x 512 193 -> 31 us)."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import Sizes, choose_sizes
+
+    two = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(100, 100, 512, 4, two, packed=True) == Sizes((50, 112, 512), (10, 16))
+    assert choose_sizes(100, 40, 512, 4, two, packed=True).register == (10, 32)
+    assert choose_sizes(64, 512, 1000, 4, two, packed=True).register == (4, 64)  # as before
+
+
 def test_partial_row_tiles_run_micro_kernels():
     """Rows that end in a partial register tile (20 in tiles of 8), in cache tiles
     whose columns end in one too (100 in 32s): every tile is a micro-kernel, none runs

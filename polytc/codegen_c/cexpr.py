@@ -429,6 +429,11 @@ _BINARY = {
 }
 
 
+def mentions(text: str, names) -> bool:
+    """Whether the C ``text`` holds any of ``names`` as a word (an iterator, a size)."""
+    return any(re.search(rf"\b{n}\b", text) for n in names)
+
+
 def isl_expr(e) -> str:
     """An isl AST expression as C (loop bounds and statement arguments: all ``long``)."""
     t = e.get_type()

@@ -17,6 +17,7 @@ import cgen as c
 
 from ..lang import program as P
 from ..machine import host
+from .cexpr import mentions
 
 
 #: the streams the hardware prefetchers follow side by side (a register tile reading 8
@@ -88,13 +89,9 @@ def ahead_along(em, tensor: str, width: int, lane: str, first: str | None) -> bo
     that tile reads 16 tiles later), and the rows hold four tiles at least (a product of
     64 columns, each tile a whole row, 5% slower with prefetches of lines the tile itself
     holds)."""
-    def varies(text):
-        return any(re.search(rf"\b{it}\b", text) for it in em.iters)
-
     row = em.shapes.get(tensor, ("?",))[-1]
     return isinstance(row, int) and row >= 4 * width and bool(em.iters) and \
-        (first is None or varies(first)) and \
-        re.search(rf"\b{em.iters[-1]}\b", lane) is not None and \
+        (first is None or mentions(first, em.iters)) and mentions(lane, em.iters[-1:]) and \
         from_memory(em, tensor, _beyond_l2())
 
 

@@ -12,8 +12,8 @@ import cgen as c
 import islpy as isl
 
 from ..lang import program as P
-from .cexpr import (extremum_pair, extremum_update, isl_expr, literal, statement_code,
-                    target_code)
+from .cexpr import (extremum_pair, extremum_update, isl_expr, literal, mentions,
+                    statement_code, target_code)
 from .microkernel import Row, each_lane, micro_kernel
 from .microkernel import const_bounds as _const_bounds
 from .pack import PackPrinter
@@ -116,7 +116,7 @@ class Promotion:
         it = self.em.for_header(body)[0]
         lo, hi = _const_bounds(body)
         if lo is not None and guard is not None:
-            if _uses(guard, [self.em.for_header(lp)[0] for lp in loops]):
+            if mentions(guard, [self.em.for_header(lp)[0] for lp in loops]):
                 return None
             # every row; one the test excludes is computed at the first row's index
             # (in bounds: the tile has a row) and not stored
@@ -140,9 +140,9 @@ class Promotion:
         if cond.op_get_type() == _OP.lt:  # (``c6 < D0 % 6``: a symbolic remainder)
             bound = f"({bound}) - 1L"
         iters = [self.em.for_header(lp)[0] for lp in loops]
-        if _uses(bound, iters + [it]):
+        if mentions(bound, iters + [it]):
             return None
-        if _uses(bound, self.em.scop.symbolic):
+        if mentions(bound, self.em.scop.symbolic):
             self.first_row = f"{lo}L <= {bound}"
             self._counted(items, it, lo, [f"({bound}) == {v}L" for v in range(lo, lo + count - 1)]
                           + ["1"])
@@ -185,7 +185,7 @@ class Promotion:
                     r.tensor == st.tensor for r in P.reads(st.rhs)):
                 return None
             target = target_code(sst, printer)
-            if _uses(target, iters):
+            if mentions(target, iters):
                 return None
             fold = self.em.folds.get(sst.name)
             if fold is not None:  # the folded init and epilogue (``fold.py``)
@@ -239,7 +239,7 @@ class Promotion:
             if isinstance(printer, PackPrinter):  # a packed operand's lanes
                 printer.inner = tuple(iters) + (it,)
             lo, hi = _const_bounds(inner)
-            if lo is None or _uses(" ".join(header), iters):
+            if lo is None or mentions(" ".join(header), iters):
                 return None
             slot = f"{acc}[{it} - {lo}L]"
             decls.append(c.Statement(f"{ct} {acc}[{hi - lo + 1}]"))
@@ -352,7 +352,7 @@ class Promotion:
                     any(r.tensor == st.tensor for r in P.reads(st.rhs)):
                 return None
             target = target_code(sst, printer)
-            if _uses(target, iters):
+            if mentions(target, iters):
                 return None
             if printer.varying:
                 printer.varying = tuple(iters)
@@ -437,10 +437,6 @@ def _trips(loops) -> int:
         lo, hi = _const_bounds(lp)
         n *= hi - lo + 1
     return n
-
-
-def _uses(text: str, names) -> bool:
-    return any(re.search(rf"\b{n}\b", text) for n in names)
 
 
 def _lanes_min(for_node):
