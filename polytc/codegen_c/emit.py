@@ -16,7 +16,7 @@ import islpy as isl
 import numpy as np
 
 from ..machine import host
-from .microkernel import const_bounds as _const_bounds
+from .chains import const_bounds as _const_bounds
 from .microkernel import masked_moves, typedefs
 from .fold import folds_of
 from .aligned import by_alignment

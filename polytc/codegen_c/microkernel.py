@@ -29,17 +29,16 @@ import re
 from typing import NamedTuple
 
 import cgen as c
-import islpy as isl
 
 from ..lang import program as P
 from ..machine import host
 from ..tiling.pack import unit_stride
 from .cexpr import target_code
+from .chains import const_bounds, interleave
 from .pack import PackPrinter
 from .prefetch import ahead_along, during, next_tile, streamed
 
 _OPS = ("+", "-", "*")
-_OP = isl.ast_expr_op_type
 
 
 def vector_type(ctype: str, lanes: int) -> tuple[str, str]:
@@ -246,7 +245,7 @@ def micro_kernel(em, loops, items, lanes_at: tuple | None = None):
     ahead: list = []  # prefetches of the next tile's streamed vectors (``streamed``)
     nexts: list = []  # the next tile's accumulator lines (``next_tile``)
     line = max(1, 64 // (lanes * itemsize))  # vectors a cache line holds
-    direct, stores = [], []  # (see ``handover``)
+    direct, stores, accs = [], [], {}  # (see ``handover``); accumulator -> its type
     starts = []  # per row: where its code starts in epi, post, direct, stores
     for u, (inner, sst, printer) in enumerate(rows):
         starts.append((len(epi), len(post), len(direct), len(stores)))
@@ -341,6 +340,7 @@ def micro_kernel(em, loops, items, lanes_at: tuple | None = None):
                     nxt = f"{lo + width + v * lanes}L"
                     nexts.append(target_code(sst, em.printer(sst, {
                         k: re.sub(rf"\b{lane}\b", nxt, x) for k, x in printer.vars.items()})))
+                accs[acc] = vt
                 if scaled is None:  # the accumulators start at the result's values
                     decls.append(c.Statement(f"{vt} {acc} = {load}"))
                     (stores if handover else epi).append(store(acc))
@@ -388,7 +388,11 @@ def micro_kernel(em, loops, items, lanes_at: tuple | None = None):
         table, step = next_tile(nexts, (em.for_header(loops[0])[0], *const_bounds(loops[0])))
         decls += table
         spread += step
-    for k, lp in enumerate(reversed(loops)):
+    split = interleave(em, loops[-1], nest, accs, host().vector_registers) \
+        if loops and not spread else None
+    if split is not None:  # (few accumulators: ``chains.py``)
+        decls, nest, epi = decls + split.decls, split.loop, split.combine + epi
+    for k, lp in enumerate(reversed(loops[:-1] if split else loops)):
         nest = [c.For(*em.for_header(lp)[1], c.Block(
             (spread if k == len(loops) - 1 else []) + nest))]
     if direct:  # ``ends`` is the same for every row: they share the loops
@@ -581,20 +585,3 @@ def _steps(loops):
             return None
         n *= hi - lo + 1
     return n
-
-
-def const_bounds(for_node):
-    """``(lo, hi)`` of a ``for (it = lo; it <= hi; it += 1)`` with constant bounds."""
-    init, cond = for_node.for_get_init(), for_node.for_get_cond()
-    inc = for_node.for_get_inc()
-    if init.get_type() != isl.ast_expr_type.int or inc.get_type() != isl.ast_expr_type.int \
-            or inc.int_get_val().to_python() != 1:
-        return None, None
-    if cond.get_type() != isl.ast_expr_type.op or \
-            cond.op_get_type() not in (_OP.le, _OP.lt):
-        return None, None
-    bound = cond.op_get_arg(1)
-    if bound.get_type() != isl.ast_expr_type.int:
-        return None, None
-    hi = bound.int_get_val().to_python() - (1 if cond.op_get_type() == _OP.lt else 0)
-    return init.int_get_val().to_python(), hi

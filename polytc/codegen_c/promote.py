@@ -15,7 +15,7 @@ from ..lang import program as P
 from .cexpr import (extremum_pair, extremum_update, isl_expr, literal, mentions,
                     statement_code, target_code)
 from .microkernel import Row, each_lane, micro_kernel
-from .microkernel import const_bounds as _const_bounds
+from .chains import const_bounds as _const_bounds
 from .pack import PackPrinter
 
 _OP = isl.ast_expr_op_type

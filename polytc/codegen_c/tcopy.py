@@ -20,7 +20,8 @@ import islpy as isl
 from ..machine import host
 from ..tiling.pack import unit_stride
 from .cexpr import isl_expr
-from .microkernel import const_bounds, transposed, vector_type
+from .chains import const_bounds
+from .microkernel import transposed, vector_type
 
 
 def transposed_copy(em, n) -> list | None:

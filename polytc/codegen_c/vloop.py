@@ -22,7 +22,8 @@ import islpy as isl
 from ..lang import program as P
 from ..lang.types import FLOAT32
 from .cexpr import target_code
-from .microkernel import _lane_stride, const_bounds, vector_type
+from .chains import const_bounds
+from .microkernel import _lane_stride, vector_type
 from .pack import PackPrinter
 
 #: lanes of the inline exponential (``vmath.pt_expv16``)
