@@ -306,12 +306,12 @@ def _interfaces(steps, bound):
         if not isinstance(s, Group):
             continue
         seen = set()
-        text = "\n".join(s.stmts)
+        named = set(_TENSOR.findall("\n".join(s.stmts)))  # (a scalar is inlined)
         for n in s.nodes:
             for i in n.inputs:
                 r = bound.refs.get(i) if i else None
                 if i and i not in s.produced and i not in seen and r is not None and \
-                        re.search(rf"\b{r.name}\b", text):
+                        r.name in named:
                     seen.add(i)
                     s.inputs.append(i)
         s.outputs = [o for n in s.nodes for o in n.outputs  # empty results are constants
