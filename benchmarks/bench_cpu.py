@@ -795,8 +795,6 @@ def worker_main(family: str, threads: int, malloc: bool = True) -> int:
                 reply = ("ok", fn.once() if isinstance(fn, LaunchTimer)
                          else common.time_once(fn))
             elif op == "sample":
-                if quiet:  # (a pause first: see bench_onnx's worker)
-                    common.quiet_machine(max_wait=0.02)
                 fn = calls[msg[1]]
                 reply = ("ok", fn.sample(msg[2]) if isinstance(fn, LaunchTimer)
                          else common.time_sample(fn, msg[2]))

@@ -15,8 +15,7 @@ OMP_NUM_THREADS before any process imports polytc, and gives onnxruntime
 ``intra_op_num_threads=threads``, ``inter_op_num_threads=1`` (sequential execution, all
 graph optimisations).  As in ``bench_cpu.py`` each library runs in a persistent worker
 process of its own and the samples are interleaved round-robin (see ``common``); a
-worker waits for its threads to go quiet before it answers, and begins each sample
-once no other thread has run for a few ms (at most 20).  polytc's first output is
+worker waits for its threads to go quiet before it answers.  polytc's first output is
 compared with onnxruntime's (allclose, rtol 1e-3, atol 1e-3 times the output's
 magnitude); a mismatch reads ``WRONG`` and is not timed, a failure reads ``fail``.
 Before its samples each library runs the model for ``WARM_UP_S`` seconds, as a served
@@ -300,11 +299,6 @@ def worker_main(family: str, threads: int, tol: tuple = (RTOL, 0)) -> int:
                 warm_up(calls[msg[1]])  # (under --load's neighbour: it runs by now)
                 reply = ("ok", common.time_once(calls[msg[1]]))
             elif op == "sample":
-                # a few ms first, quiet: a sample that started the moment the other
-                # worker's ended ran slower, both libraries' (a dynamic MLP at batch 32:
-                # polytc 0.145 ms, onnxruntime 0.138, where they take 0.107 after a pause); at
-                # most 20 ms (--load's neighbour never leaves the machine quiet)
-                common.quiet_machine(max_wait=0.02)
                 reply = ("ok", common.time_sample(calls[msg[1]], msg[2]))
             else:
                 reply = ("error", f"unknown request {op!r}")
