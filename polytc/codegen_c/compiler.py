@@ -261,8 +261,9 @@ def warm_probes(then=None) -> None:
                 precompiled_prelude(_cc(), flags)
                 if then is not None:
                     then()
-            except CompilationError:
-                pass
+            except Exception:  # noqa: BLE001 - a build that needs them runs them again
+                pass  # and reports what fails (a script that ends meanwhile: its modules
+                # torn down under this daemon thread printed a traceback at exit)
 
         _warming.append(threading.Thread(target=probe, name="polytc-cc-probes", daemon=True))
     _warming[0].start()
