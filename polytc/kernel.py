@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
 from . import backends
 from .backends.base import forget_loaded
 from .cache import DiskCache
@@ -149,11 +151,13 @@ class Kernel:
             ck = self._table.get(tuple(_signature(a) for a in args))
         except AttributeError:  # Python scalars for 0-d inputs, host tensors of other libraries
             ck = None
-        if ck is not None and out is None:
-            try:
-                return ck.run(args)
-            except PolytcError as e:  # a fault detected by the kernel
-                raise e.with_traceback(None) from None
+        if ck is not None:
+            outs = None if out is None else _fast_out(ck, out, args)
+            if out is None or outs is not None:
+                try:
+                    return ck.run(args, outs)
+                except PolytcError as e:  # a fault detected by the kernel
+                    raise e.with_traceback(None) from None
         return self._call_slow(args, out)
 
     @user_boundary
@@ -267,6 +271,22 @@ def _policy(program: P.Program, dynamic):
                 hint=f"its sizes: {', '.join(program.sizes) or '(none)'}; "
                      "dynamic= takes size names, 'auto' or ()")
     return tuple(sorted(set(names)))
+
+
+def _fast_out(ck, out, args) -> list | None:
+    """``out=`` on the fast path: numpy arrays of the outputs' shapes and dtypes, C
+    contiguous and writeable, whose memory no input's bounds reach (``A.check_out``
+    checks the rest, and says what is wrong); else None (a call with ``out=`` had gone
+    the slow way: 96 x 256 x 256 products 35.7 -> 31 us a call)."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if len(outs) != len(ck.out_shapes):
+        return None
+    for o, shape, dtype in zip(outs, ck.out_shapes, ck.out_dtypes):
+        if type(o) is not np.ndarray or o.shape != tuple(shape) or o.dtype != dtype or \
+                not (o.flags.c_contiguous and o.flags.writeable) or \
+                any(np.may_share_memory(o, a) for a in args):
+            return None
+    return list(outs)
 
 
 def _signature(a) -> tuple:

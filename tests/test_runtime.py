@@ -115,6 +115,31 @@ def test_specialises_per_size_and_out():
     np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
 
 
+def test_out_on_the_fast_path_is_checked_as_on_the_first_call():
+    """A call with ``out=`` whose inputs' signature was seen before skips the slow
+    checks, not the ones that matter: a wrong shape, dtype, layout or an out= that
+    overlaps an input still fail as on a first call, and nothing is written then."""
+    mm = polytc.tc(MM)
+    A, B = rand(6, 5), rand(5, 4)
+    C = np.empty((6, 4), np.float32)
+    assert mm(A, B, out=C) is C
+    C2 = np.zeros((6, 4), np.float32)
+    assert mm(A, B, out=C2) is C2  # (the fast path)
+    np.testing.assert_allclose(C2, A @ B, rtol=1e-5, atol=1e-5)
+    for bad, words in [(np.empty((6, 5), np.float32), "[6, 4]"),
+                       (np.empty((6, 4), np.float64), "float64"),
+                       (np.empty((4, 6), np.float32).T, "C-contiguous")]:
+        with pytest.raises(polytc.PolytcError) as e:
+            mm(A, B, out=bad)
+        assert "out= for 'C'" in str(e.value) and words in str(e.value)
+    buf = np.zeros(40, np.float32)  # an A of the same signature and an out= in one buffer
+    a, o = buf[:30].reshape(6, 5), buf[10:34].reshape(6, 4)
+    a[...] = A
+    with pytest.raises(polytc.PolytcError, match="overlaps the input 'A'"):
+        mm(a, B, out=o)
+    np.testing.assert_array_equal(a, A)  # (nothing written)
+
+
 def test_accumulate_into_out():
     acc = polytc.tc("def acc(float(N,K) A) -> (s) { s(n) += A(n, k) }")
     A = rand(3, 4)
