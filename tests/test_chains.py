@@ -10,12 +10,8 @@ import re
 import pytest
 
 import polytc
+from tests.kernels_small import MATMUL as NARROW
 from tests.kernels_small import check
-
-NARROW = """
-def narrow(float(M,K) A, float(K,N) B) -> (C) {
-    C(m, n) +=! A(m, k) * B(k, n)
-}"""
 
 NARROW_BIAS_RELU = """
 def narrow_bias_relu(float(M,K) A, float(K,N) B, float(N) b) -> (C) {
