@@ -29,8 +29,10 @@ the batch symbolic; later ones reuse those kernels; the median of ``DYNAMIC_TRIA
 sessions' first runs, each a session of its own arena, each once no other thread runs:
 onnxruntime's pool, spinning after its first run at the batch, had slowed the first
 session's by 10 ms), then
-polytc's and onnxruntime's run times interleaved, each in its worker process, and a
-session compiled for that batch alone.
+polytc's and onnxruntime's run times interleaved, each in its worker process, and then
+polytc's interleaved with a session compiled for that batch alone (two pairs: in one
+rotation of three, polytc's samples followed onnxruntime's twice as often as the
+specialised session's).
 
 ``--export``: one more column, the model exported ahead of time (``polytc.aot``: its C
 built with make into a library, docs/export.md) called through ``polytc.aot.load`` in
@@ -614,10 +616,21 @@ def dynamic_main(threads: int, repeats: int) -> int:
                         notes.extend(n)
                         contenders.update({x: bench_cpu.Remote(workers["polytc"], x)
                                            for x in ready})
-                    contenders["ort"] = bench_cpu.Remote(workers["ort"], "ort")
-                    tm = common.time_interleaved(contenders, repeats, warm=True,
-                                                 min_sample=0.02)
-                    t = {col: x.median for col, x in tm.items() if x.error is None}
+                    # two pairs, each interleaved: polytc with onnxruntime, then with
+                    # its specialised session (the three in one rotation put polytc
+                    # after onnxruntime's samples twice as often as the specialised
+                    # one: an MLP at batch 32-64 read 1.28-1.34x specialised, 1.02-1.03
+                    # without onnxruntime in the rotation)
+                    spec = {c: contenders[c] for c in ("polytc", "specialised")
+                            if c in contenders}
+                    pair = {c: contenders[c] for c in ("polytc",) if c in contenders}
+                    pair["ort"] = bench_cpu.Remote(workers["ort"], "ort")
+                    t, t_spec = ({col: x.median for col, x in common.time_interleaved(
+                        group, repeats, warm=True, min_sample=0.02).items()
+                        if x.error is None} for group in (pair, spec))
+                    t["specialised"] = t_spec.get("specialised")
+                    if t["specialised"] is None:
+                        del t["specialised"]
                     # (the first batch: the first session's, which compiled)
                     first = firsts[0] if k == 0 else sorted(firsts)[len(firsts) // 2]
                     cost = first - t.get("polytc", 0.0)  # the first run less a run
@@ -632,8 +645,8 @@ def dynamic_main(threads: int, repeats: int) -> int:
                         row.append(f"{t['polytc'] / t['ort']:.2f}x")
                     else:
                         row.append("")
-                    row.append(f"{t['polytc'] / t['specialised']:.2f}x"
-                               if "polytc" in t and "specialised" in t else "")
+                    row.append(f"{t_spec['polytc'] / t_spec['specialised']:.2f}x"
+                               if "polytc" in t_spec and "specialised" in t_spec else "")
                     rows.append(row)
                 print(f"\n{name}, exported with batch N")
                 print(common.table(["batch", "first run ms", "new batch ms", "polytc", "ort",
@@ -649,7 +662,8 @@ def dynamic_main(threads: int, repeats: int) -> int:
           f"first compiles, with the batch symbolic; later ones: the median of "
           f"{DYNAMIC_TRIALS} sessions' first runs); new batch: the first run less a run "
           f"(the plan, first touches of its memory); specialised: a session compiled for "
-          f"that batch alone")
+          f"that batch alone, timed interleaved with polytc's in a pair of their own "
+          f"(polytc/spec.), as polytc's with onnxruntime's (polytc, ort, polytc/ort)")
     common.print_footer(notes, load0, t_start)
     return 0
 
