@@ -64,25 +64,31 @@ class Promotion:
         rows had run in plain loops, the result loaded and stored at every reduction
         step (33 x 100 x 512 in row tiles of 17: one row of each, 98 -> 20 us)."""
         loops, items = self._nest()
-        if not items or self.counts or self.first_row is not None or \
-                any(r.inner is None for r in items):
+        if not items or any(r.inner is None for r in items) or \
+                (self.first_row is not None and not self.counts):
             return None
         bounds = {_lanes_min(r.inner) for r in items}
         if len(bounds) != 1 or None in bounds:
             return None
         lo, hi, rest = bounds.pop()
-        code = micro_kernel(self.em, loops, items, (lo, hi))
+        # the rows of a symbolic remainder (``M % 8``) too, a micro-kernel per count (a
+        # generic M x 784 x 256 product at 100 rows: 915 -> 129 us, specialised 95)
+        code = self._by_count(loops, (lo, hi)) if self.counts else \
+            micro_kernel(self.em, loops, items, (lo, hi))
+        if code is not None and self.first_row is not None:
+            code = [c.If(self.first_row, c.Block(code))]
         return None if code is None else (f"{rest} >= {hi}L", code)
 
-    def _by_count(self, loops):
+    def _by_count(self, loops, lanes_at: tuple | None = None):
         """The tile once per row count of a symbolic remainder (``M % 6`` rows: 1 to 5),
         each with exactly its rows, chosen at run time; None when a count's tile is not a
-        micro-kernel (then one tile computes every row, storing only the valid ones)."""
+        micro-kernel (then one tile computes every row, storing only the valid ones);
+        ``lanes_at``: as ``micro_kernel`` takes it."""
         if not self.counts:
             return None
         code = None
         for test, rows in reversed(self.counts):
-            tile = micro_kernel(self.em, loops, rows)
+            tile = micro_kernel(self.em, loops, rows, lanes_at)
             if tile is None:
                 return None
             code = tile if code is None else [c.If(test, c.Block(tile), c.Block(code))]
