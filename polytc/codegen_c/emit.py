@@ -130,9 +130,12 @@ class CEmitter:
                 if promoted is not None:
                     return self.versioned(promoted)
                 full = promotion.full_lanes()
-                if full is not None:  # (the loops as they are where the test fails)
-                    return [c.If(full[0], c.Block(self.versioned(full[1])),
-                                 c.Block(self.node(n.mark_get_node())))]
+                if full is not None:  # (the loops as they are where the tests fail)
+                    rest = self.node(n.mark_get_node())
+                    if full[2] is not None:  # (the partial tile of lanes)
+                        rest = [c.If(full[2][0], c.Block(self.versioned(full[2][1])),
+                                     c.Block(rest))]
+                    return [c.If(full[0], c.Block(self.versioned(full[1])), c.Block(rest))]
             if kind == "rows":
                 return self.unrolled(n.mark_get_node())
             if kind == "rowsplit":  # (a partial tile's rows, outside the parallel loop)
