@@ -7,8 +7,9 @@ in a new process-level table (no isl, no gcc); the overhead is a whole call of a
 kernel minus the C function alone, on a 16-element add (median of many calls), next to a
 numpy ufunc call for scale.
 
-``--dynamic``: a matmul whose rows vary (K = N = 512) and a 10-statement row program
-whose rows vary, each with its rows symbolic (docs/dynamic.md): the first compile and
+``--dynamic``: a matmul whose rows vary (K = N = 512), one whose columns no register
+tile divides (K = 256, N = 784) and a 10-statement row program whose rows vary, each
+with its rows symbolic (docs/dynamic.md): the first compile and
 call (at 64 rows: it also makes the process's thread pool), the cost of a call at each
 new size after it (cold: nothing was compiled for that size), and
 the run time of the generic kernel against a kernel specialised to each size (interleaved,
@@ -136,6 +137,9 @@ def dynamic(name, src, make, rows=ROWS):
 def main_dynamic():
     f = np.float32
     dynamic("matmul", MATMUL, lambda m, r: [r.random((m, 512), f), r.random((512, 512), f)])
+    # columns that no register tile divides (784 = 12 x 64 + 16): partial column tiles
+    dynamic("matmul, 784 columns", MATMUL,
+            lambda m, r: [r.random((m, 256), f), r.random((256, 784), f)])
     dynamic("10-statement row program", TEN, lambda m, r: [
         r.random((m, 128), f), r.random(128, f), r.random(128, f), r.random((128, 64), f)])
     return 0
