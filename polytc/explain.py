@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from .codegen_c.chains import CHAINS
 from .codegen_c.compiler import vectorizer_report
 from .compiler import pipeline
 from .tiling.extents import GENERIC, statement_points
@@ -116,6 +117,14 @@ def _code_facts(code: str) -> list:
                         "64-byte boundary, at half width otherwise (numpy puts a large "
                         "array 16 bytes past one, where every full-width load straddles "
                         "two cache lines).", conds[0]))
+    sets = re.findall(r"for \(long \w+_c = \d+L; \w+_c < \d+L; \w+_c \+= (\d+)L\)", code)
+    if sets:
+        out.append(Fact("vectorize", f"{len(sets)} register tile(s) of fewer than "
+                        f"{CHAINS} accumulator vectors run their reduction over "
+                        f"{' or '.join(sorted(set(sets), key=int))} sets of accumulators, "
+                        "added together after it, so that the FMA units are not left "
+                        "waiting for each sum in turn (codegen_c/chains.py).",
+                        f"interleaved by {sets[0]}"))
     if "_ZGVeN16v_expf" in code and host().lanes(4) >= 16:
         out.append(Fact("vectorize", "exp: polytc's vector expf (a degree-6 polynomial and "
                         "vscalefps, at most 1.06 ulp) takes the place of libmvec's in the "

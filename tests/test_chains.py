@@ -37,6 +37,14 @@ def test_a_narrow_product_interleaves_its_reduction(m, k, n):
         assert re.search(rf"\b{acc} \+= {acc}_c1\b", ck.code), acc
 
 
+def test_explain_says_the_reduction_is_interleaved():
+    ck = check(NARROW, [(3, 1027), (1027, 16)], ONE, rtol=1e-4, atol=1e-3)
+    if "pt_v" not in ck.code:
+        pytest.skip("no vector register tiles on this machine")
+    text = str(ck.explain())
+    assert "sets of accumulators" in text and "chains.py" in text, text
+
+
 def test_a_folded_epilogue_takes_the_sets_sum():
     ck = check(NARROW_BIAS_RELU, [(5, 2049), (2049, 16), (16,)], ONE, rtol=1e-4, atol=1e-3)
     if "pt_v" not in ck.code:
