@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from .codegen_c.chains import CHAINS
+from .codegen_c.chains import CHAINS, interleaved
 from .codegen_c.compiler import vectorizer_report
 from .compiler import pipeline
 from .tiling.extents import GENERIC, statement_points
@@ -117,11 +117,11 @@ def _code_facts(code: str) -> list:
                         "64-byte boundary, at half width otherwise (numpy puts a large "
                         "array 16 bytes past one, where every full-width load straddles "
                         "two cache lines).", conds[0]))
-    sets = re.findall(r"for \(long \w+_c = \d+L; \w+_c < \d+L; \w+_c \+= (\d+)L\)", code)
+    sets = interleaved(code)
     if sets:
         out.append(Fact("vectorize", f"{len(sets)} register tile(s) of fewer than "
                         f"{CHAINS} accumulator vectors run their reduction over "
-                        f"{' or '.join(sorted(set(sets), key=int))} sets of accumulators, "
+                        f"{' or '.join(map(str, sorted(set(sets))))} sets of accumulators, "
                         "added together after it, so that the FMA units are not left "
                         "waiting for each sum in turn (codegen_c/chains.py).",
                         f"interleaved by {sets[0]}"))

@@ -72,6 +72,12 @@ def interleave(em, loop, nest: list, accs: dict, registers: int) -> Interleaved 
     return Interleaved(decls, code, combine)
 
 
+def interleaved(code: str) -> list:
+    """The sets of accumulators of each interleaved loop in the C ``code`` (``explain``)."""
+    return [int(n) for n in re.findall(
+        r"for \(long \w+_c = -?\d+L; \w+_c < -?\d+L; \w+_c \+= (\d+)L\)", code)]
+
+
 def const_bounds(for_node):
     """``(lo, hi)`` of a ``for (it = lo; it <= hi; it += 1)`` with constant bounds."""
     init, cond = for_node.for_get_init(), for_node.for_get_cond()

@@ -212,11 +212,11 @@ def direct_below(packs: dict, scop) -> tuple | None:
         if p.box is not None or p.transposing or not unit_stride(p.read, jname):
             continue
         used = P.index_names(*p.read.indices)
-        extents = [_extent(p.sst.domain, d, scop.context) for d, v in enumerate(p.sst.vars)
+        extents = [dim_extent(p.sst.domain, d, scop.context) for d, v in enumerate(p.sst.vars)
                    if v not in used]
         if not extents or not any(e[1] for e in extents):
             continue  # a reuse known at compile time: the tiler chose for it
-        n, symbolic = _extent(p.sst.domain, p.jvar, scop.context)
+        n, symbolic = dim_extent(p.sst.domain, p.jvar, scop.context)
         lanes = host().lanes(p.read.dtype.np_dtype.itemsize)
         if not symbolic and int(n.rstrip("L")) < 32 * lanes:
             continue  # narrow rows: packed whatever the reuse (``streamed``)
@@ -227,7 +227,7 @@ def direct_below(packs: dict, scop) -> tuple | None:
     return " || ".join(f"({r}) <= {STREAM_ROWS}L" for r in dict.fromkeys(rows)), set(names)
 
 
-def _extent(dom, d: int, context) -> tuple:
+def dim_extent(dom, d: int, context) -> tuple:
     """``(C, symbolic)``: the extent of set dimension ``d`` of ``dom`` over its
     parameters (under the kernel's assumptions ``context``)."""
     import islpy as isl

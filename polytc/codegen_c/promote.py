@@ -16,7 +16,7 @@ from .cexpr import (extremum_pair, extremum_update, isl_expr, literal, mentions,
                     statement_code, target_code)
 from .microkernel import Row, each_lane, micro_kernel
 from .chains import const_bounds as _const_bounds
-from .pack import PackPrinter, _extent
+from .pack import PackPrinter, dim_extent
 
 _OP = isl.ast_expr_op_type
 
@@ -58,11 +58,12 @@ class Promotion:
     def full_lanes(self):
         """Where ``emit`` found no code because the lanes' loop ends at ``min(hi, e)``
         (the rows of a partial register tile across every tile of the lanes, the last
-        one partial too, which isolation leaves together): ``(C test, code)``, the
+        one partial too, which isolation leaves together): ``(C test, code, partial)``, the
         micro-kernel of its full tiles of lanes, for the caller to run where the test
-        holds (``e >= hi``), the loops as isl made them otherwise; else None.  Those
-        rows had run in plain loops, the result loaded and stored at every reduction
-        step (33 x 100 x 512 in row tiles of 17: one row of each, 98 -> 20 us)."""
+        holds (``e >= hi``), the loops as isl made them otherwise, and ``(C test, code)``
+        or None for the partial tile of lanes (``e`` equal to its width, less one); else
+        None.  Those rows had run in plain loops, the result loaded and stored at every
+        reduction step (33 x 100 x 512 in row tiles of 17: one row of each, 98 -> 20 us)."""
         loops, items = self._nest()
         if not items or any(r.inner is None for r in items) or \
                 (self.first_row is not None and not self.counts):
@@ -102,7 +103,7 @@ class Promotion:
                 if re.search(rf"\b{lane}\b", printer.vars[v])]
         if len(dims) != 1:
             return 0
-        n, symbolic = _extent(sst.domain, dims[0], self.em.scop.context)
+        n, symbolic = dim_extent(sst.domain, dims[0], self.em.scop.context)
         return 0 if symbolic else int(n.rstrip("L")) % width
 
     def _by_count(self, loops, lanes_at: tuple | None = None):
