@@ -388,14 +388,23 @@ class _Explainer:
                             f"of {m.vector_bytes} bytes, cache tiles from L1 {m.l1 // 1024}"
                             f" KiB and L2 {m.l2 // 1024} KiB, tile height balanced over "
                             f"{m.cores} cores)")
+                cache = [c if c < 1 << 24 else "(all)" for c in d["cache"]]
                 self.say("tiling", f"{self.label(entry.subject)} is a contraction: cache tiles "
-                         f"{'x'.join(map(str, d['cache']))} and register tiles "
+                         f"{'x'.join(map(str, cache))} and register tiles "
                          f"{'x'.join(map(str, d['register']))} over its loops in the order "
                          f"{d['order']}; sizes from {src}." + (
                              f" The lanes of its register tiles run over {d['lanes']}: the "
                              "result's unit-stride index is narrower than two vectors, so "
                              "the accumulators are loaded and stored with the result's "
                              "stride, once per register tile." if "lanes" in d else "") + (
+                             " Its symbolic rows form one cache tile, so its operand is "
+                             "packed once per call, not again for every tile of rows; " + (
+                                 "the cores share its column tiles, which split evenly"
+                                 if d["rows"] is None else "the cores share its column "
+                                 f"tiles below {d['rows']} rows, and from there each runs "
+                                 "every column tile while they share its rows (the column "
+                                 "tiles do not split evenly)") + " (sizes.all_rows)."
+                             if "rows" in d else "") + (
                              " Its packed panels are the outermost loop of a cache tile: "
                              "together they leave L2, so each is read from memory once and "
                              "serves every row of the tile from L2." if "panels" in d else "")

@@ -324,3 +324,50 @@ def test_the_rows_of_a_generic_row_program_stay_vector_loops(no_compile):
             assert code.count("#pragma omp parallel") == 1, code
             assert code.count("#pragma omp simd") >= 3, code
             no_compile()
+
+
+@pytest.mark.parametrize("constants", [(), ("B",)])
+def test_column_tiles_that_split_unevenly_share_their_rows_from_enough_rows(
+        constants, no_compile):
+    """Rows symbolic, 784 packed columns: one cache tile of all rows, so the operand is
+    packed once per call (or before the first, ``constants``), not again for every tile
+    of rows (``sizes.all_rows``).  Where the column tiles split unevenly among the
+    threads (448 and 336 with 64-wide register tiles), the threads share the column
+    tiles below the rows the tiler names and, from there, each runs every column tile
+    while they share its register tiles of rows (``rowsplit.tiles_split``); the rows
+    past the last register tile share their register tiles of columns.  Every count of
+    rows, on both sides of that test and of a register tile, computes the product."""
+    k = polytc.tc(MATMUL, dynamic=("M",),
+                  options=polytc.Options(num_threads=2, constants=constants))
+    B = f32(256, 784)
+    for i, m in enumerate((301, 1, 5, 6, 7, 33, 47, 48, 49, 143, 144, 150, 1000)):
+        A = f32(m, 256)
+        np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-3)
+        if i:
+            continue
+        ck = k.specialize(A, B)
+        text = str(ck.explain())
+        assert "Its symbolic rows form one cache tile" in text, text
+        least = re.search(r"share its column tiles below (\d+) rows", text)
+        assert least or "which split evenly" in text, text
+        if least:  # (the register tiles the machine has: 784 may split evenly)
+            assert re.search(r"\) >= \d+L\)\)\n\s*\{\n\s*#pragma omp parallel "
+                             r"num_threads\(2\)\n", ck.code), ck.code
+            rest = re.search(r"% \d+L\) >= 1L\)\)\)\n\s*\{\n\s*#pragma omp for "
+                             r"schedule\(static\)\n\s*for \(long c\d+ = 0L;", ck.code)
+            assert rest, ck.code
+        no_compile()
+
+
+def test_all_rows_shares_uneven_column_tiles_from_where_it_pays():
+    """``sizes.all_rows``: the rows from which the cores share each column tile's rows,
+    from which on every count of register tiles pays (an odd count leaves a core one
+    more), later where each core packs every column tile at each call; none where the
+    column tiles split evenly or are one."""
+    from polytc.tiling.sizes import all_rows
+    ti, rows = all_rows(6, 784, 448, 2, per_call=False)
+    assert ti % 6 == 0 and ti >= 1 << 24
+    assert rows == 48  # (448 x 6k against 784 x 6 ceil(k / 2): from k = 8 on)
+    assert all_rows(6, 784, 448, 2, per_call=True)[1] > rows
+    assert all_rows(6, 512, 256, 2, per_call=True)[1] is None
+    assert all_rows(6, 64, 64, 2, per_call=False)[1] is None

@@ -83,8 +83,10 @@ class CEmitter:
         self.aliases = {d.subject: d.facts["into"] for d in decisions if d.kind == "alias"}
         self.outlining = 0  # the depth of outlined parallel loops around the node
         #: inside ``rowsplit.tiles_split``'s region (its loop counts in ``outlining``),
-        #: and the row loops it has shared there
+        #: and the row loops it has shared there, with ``(their span, the least rows
+        #: to share)`` where their mark says (a loop of a fixed count of tiles)
         self.splitting = self.split_hits = 0
+        self.split_rows: list = []
         self.in_simd = 0  # the depth of vector (``omp simd``) loops around it
         self.touched: list = []  # (local, inside an outlined loop) per printed instance
         #: locals some instance accesses outside the loop that declares them (isl put it
@@ -139,7 +141,9 @@ class CEmitter:
             if kind == "rows":
                 return self.unrolled(n.mark_get_node())
             if kind == "rowsplit":  # (a partial tile's rows, outside the parallel loop)
-                split = rows_split(self, n.mark_get_node(), f"c{depth}")
+                row, least, cols = (depth.split(":") + ["", ""])[:3]
+                split = rows_split(self, n.mark_get_node(), f"c{row}",
+                                   int(least) if least else None, cols and f"c{cols}")
                 return split if split is not None else self.node(n.mark_get_node(), pragma)
             if kind == "private":  # the parallel loop below sums per-thread copies
                 self.private = [t for t in depth.split(",") if t]
@@ -201,6 +205,10 @@ class CEmitter:
                     loop = c.For(*header, c.Block(inner))
                     if self.collapse_into is not None and self.collapse_into[1] == it:
                         outer, self.collapse_into = self.collapse_into[0], None
+                        out = self.forked(pragma[0], loop)
+                        split = self.split(out, n, header)
+                        if split is not out:  # (tiles_split's region in the loop around)
+                            return [c.For(*outer, c.Block(split))]
                         return self.forked(pragma[0] + " collapse(2)",  # and the loop around
                                            c.For(*outer, c.Block([loop])))
                     if batch:  # forks when it has an iteration per thread, else runs

@@ -189,17 +189,21 @@ def _dims(umap) -> int:
     return found[0]
 
 
-def rows_split(point, packed: bool, row: int):
-    """A ``rowsplit:<d>`` mark above the inside of a contraction's cache tile at
-    ``point`` (its packing too), ``d`` the dimension of the register tiles' loop over
-    the symbolic rows (member ``row`` of the band ``point`` becomes): the rows that the
-    full cache tiles leave, in a partial one outside the parallel loop of tiles, are
-    shared by the threads there (``codegen_c/rowsplit.py``).  Returns ``point``."""
-    name = f"rowsplit:{point.get_schedule_depth() + row}"
+def rows_split(point, packed: bool, row: int, least: int | None = None,
+               cols: int | None = None):
+    """A ``rowsplit:<d>:<least>:<j>`` mark above the inside of a contraction's cache
+    tile at ``point`` (its packing too), ``d`` the dimension of the register tiles'
+    loop over the symbolic rows (member ``row`` of the band ``point`` becomes): the
+    rows that the full cache tiles leave, in a partial one outside the parallel loop of
+    tiles, are shared by the threads there (``codegen_c/rowsplit.py``); with ``least``,
+    in the parallel loop of tiles too, from ``least`` rows (``sizes.all_rows``); ``j``
+    (member ``cols``): the loop over register tiles of columns, which the threads share
+    in the rows past the last whole register tile of rows.  Returns ``point``."""
+    depth = point.get_schedule_depth()
+    name = f"rowsplit:{depth + row}:{'' if least is None else least}:" + \
+        ("" if cols is None else str(depth + cols))
     ctx = point.get_ctx()
-    if not packed:
-        return point.insert_mark(isl.Id(name, context=ctx)).child(0)
     top = point.parent().parent().parent()  # (the packing's extension, sequence, filter)
-    if top.get_type() != isl.schedule_node_type.extension:
-        return point
+    if not packed or top.get_type() != isl.schedule_node_type.extension:  # (a constant's
+        return point.insert_mark(isl.Id(name, context=ctx)).child(0)  # packed before)
     return top.insert_mark(isl.Id(name, context=ctx)).child(0).child(0).child(1).child(0)

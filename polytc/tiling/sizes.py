@@ -237,6 +237,49 @@ def generic_rows(mr: int, nr: int, tk: int, ext_j: int, ext_k: int, itemsize: in
     return ti, tj, tk
 
 
+#: a core's packing of an element of the operand, in rows of products with it
+#: (``all_rows``): a generic M x 784 x 256 product ran as fast with its rows shared as
+#: with its j tiles (448 and 336 columns) shared at about 100 rows
+PACK_ROWS = 16
+
+
+def all_rows(mr: int, ext_j: int, tj: int, cores: int, per_call: bool) -> tuple:
+    """``(Ti, rows)`` of a contraction whose rows are symbolic and whose operand is
+    packed: one cache tile of all rows (a multiple of ``mr`` beyond any batch), so that
+    a core packs the operand (``per_call``: at every call) once, not once more for every
+    tile of rows (a generic M x 784 x 256 product in tiles of 96 rows ran 1.18x and
+    1.20x the time of the kernels made for 512 and 1000 rows: each core packed all 784
+    columns for each), and its full tiles of rows are not left to one core (with the
+    operand packed before the first call, isl isolated the two j tiles, 448 and 336
+    columns, each a loop of one iteration: 1.9x at 300 rows).  (Not for an operand
+    packed at every call in one ``j`` tile, ``Tiler.contraction``: in the loop of tiles
+    of rows each core packs for its own tiles only, and the 10-statement row program of
+    ``bench_compile.py --dynamic`` ran 3-4% slower from 1000 rows with one tile.)
+
+    ``rows``: where the ``j`` tiles do not split evenly among the cores (784 columns in
+    tiles of 448 and 336), the rows from which the cores share each ``j`` tile's rows,
+    each packing every ``j`` tile (``rowsplit.tiles_split``), rather than the ``j``
+    tiles: from there the busiest core's extra columns cost more than its packing of the
+    others' and its share of the rows rounded up to register tiles.  None where they
+    split evenly (or there is one ``j`` tile: its rows are shared where there are
+    enough)."""
+    widths = [min(tj, ext_j - t) for t in range(0, ext_j, tj)]
+    q, r = divmod(len(widths), cores)  # (OpenMP's static schedule: contiguous chunks)
+    at, busiest = 0, 0
+    for c in range(cores):
+        busiest = max(busiest, sum(widths[at:at + q + (c < r)]))
+        at += q + (c < r)
+    if len(widths) < 2 or busiest * cores <= ext_j * 1.02:
+        return mr << 24, None
+    pack = PACK_ROWS if per_call else 0  # (rows: ``k`` register tiles, from which on
+    # every count pays: an odd count of them leaves one core a register tile more)
+    pays = [ext_j * (pack + -(-k // cores) * mr) < busiest * (pack + k * mr)
+            for k in range(1, 1 << 12)]
+    if not pays[-1]:
+        return mr << 24, None
+    return mr << 24, (max((k for k, ok in enumerate(pays, 1) if not ok), default=0) + 1) * mr
+
+
 def loose_tiles(ext: list, cache: list, sym: list, first: int, n: int, m: Machine) -> tuple:
     """The member of a cache band whose partial last tile the AST keeps in the loop of
     its tiles (``transform.isolate_full_tiles``'s ``loose``): the parallel loop, the

@@ -26,7 +26,9 @@ from .decisions import Decision
 from .pack import batch_index, outer_indices, pack, streamed, unit_stride, vector_operand
 from ..machine import Machine
 from . import extents as X
-from .sizes import Sizes, _round_up, _strided_sizes, choose_sizes, generic_rows, loose_tiles
+from .transpose import transpose_tiles
+from .sizes import (Sizes, _round_up, _strided_sizes, all_rows, choose_sizes, generic_rows,
+                    loose_tiles)
 
 
 class Tiler:
@@ -164,7 +166,7 @@ class Tiler:
         for i in range(node.n_children()):
             node = self.visit(node.child(i)).parent()
         if inner:
-            node = self.transpose_tiles(node, ssts, mv, coinc)
+            node = transpose_tiles(self, node, ssts, mv, coinc)
             ssts, mv, coinc = self.facts(node)
         if inner and self.options.vectorize:
             node = self.mark_inner(node, ssts, mv, coinc)
@@ -394,8 +396,29 @@ class Tiler:
         reg = [1] * len(outer) + ([mr] if lead else []) + [nr] + [1] * len(red)
         reg = [min(r, c) for r, c in zip(reg, cache)]
         packed = operand is not None and reg[p_red - 1] == nr and cache[p_red - 1] % nr == 0
+        # j's register tiles outside i's when the packed operand's micro-panel (Tk x NR)
+        # fits half of L1: it stays there while i's register tiles pass over it (BLIS).
+        # A deeper Tk (the result block leaves L2) streams it from L2 instead: then i's
+        # tiles outside, so the broadcast operand's MR x Tk rows stay in L1 across the
+        # panels (sgemm 2048^3 11%, 1024^3 2%, A B^T 4% faster; with a shallow Tk the
+        # other order is 3-6% faster: mm_bias_relu, mlp2, bmm)
+        kt = math.prod(cache[p_red + r] for r in range(len(red)))
+        swapped = operand is not None and lead and kt * nr * itemsize <= self.machine.l1 // 2
+        # outer loops kept inside the cache tile (an image's rows, for the weights), whose
+        # panels together leave L2: the panels outermost, each read from memory once and
+        # kept in L2 while the rows pass over it, not every panel again for every row
+        # (ResNet-18's 512-channel 3x3 convolutions on 7 x 7, 8 panels of 147 KB a core)
+        panels_first = not swapped and packed and math.prod(cache[:len(outer)]) > 1 and \
+            cache[p_red - 1] * kt * itemsize > self.machine.l2 // 2
+        whole = packed and lead and sym[len(outer)] and not swapped and \
+            not self.options.tile and (not per_call or ext[p_red - 1] > cache[p_red - 1])
+        least = None  # (one cache tile of all the symbolic rows: ``sizes.all_rows``)
+        if whole:
+            cache[len(outer)], least = all_rows(mr, ext[p_red - 1], cache[p_red - 1],
+                                                self.machine.cores, per_call)
         node = T.tile(node, cache)
-        loose = loose_tiles(ext, cache, sym, len(outer) * (cores is None), p_red, self.machine)
+        loose = (len(outer), p_red - 1) if whole else \
+            loose_tiles(ext, cache, sym, len(outer) * (cores is None), p_red, self.machine)
         node = T.isolate_full_tiles(node, cache, loose)
         point = node.child(0)
         if packed:
@@ -404,23 +427,10 @@ class Tiler:
                                    constant=operand.tensor in self.constants)
             self.packs += 1
             self.report.append(decision)
-        # j's register tiles outside i's when the packed operand's micro-panel (Tk x NR)
-        # fits half of L1: it stays there while i's register tiles pass over it (BLIS).
-        # A deeper Tk (the result block leaves L2) streams it from L2 instead: then i's
-        # tiles outside, so the broadcast operand's MR x Tk rows stay in L1 across the
-        # panels (sgemm 2048^3 11%, 1024^3 2%, A B^T 4% faster; with a shallow Tk the
-        # other order is 3-6% faster: mm_bias_relu, mlp2, bmm)
-        kt = math.prod(cache[p_red + r] for r in range(len(red)))
-        kept = math.prod(cache[:len(outer)])
-        swapped = operand is not None and lead and kt * nr * itemsize <= self.machine.l1 // 2
-        # outer loops kept inside the cache tile (an image's rows, for the weights), whose
-        # panels together leave L2: the panels outermost, each read from memory once and
-        # kept in L2 while the rows pass over it, not every panel again for every row
-        # (ResNet-18's 512-channel 3x3 convolutions on 7 x 7, 8 panels of 147 KB a core)
-        panels_first = not swapped and packed and kept > 1 and \
-            cache[p_red - 1] * kt * itemsize > self.machine.l2 // 2
         if lead and sym[len(outer)]:  # (i's register tiles: after j's where permuted)
-            point = T.rows_split(point, packed, p_red - 2 + (swapped or panels_first))
+            later = swapped or panels_first
+            point = T.rows_split(point, packed, p_red - 2 + later, least,
+                                 None if later else p_red - 1)
         regn = T.tile(point, reg)
         if swapped:
             swap = list(range(n))
@@ -442,6 +452,8 @@ class Tiler:
             inner = inner.child(0)
         inner = T.mark(inner, "simd")
         facts = {"order": order, "cache": cache, "register": reg, "_j": jname}
+        if whole:
+            facts["rows"] = least
         if strided:
             facts["lanes"] = jname
         if panels_first:
@@ -512,42 +524,6 @@ class Tiler:
                            if name in body.stmt.reduction_vars)
         lanes = self.machine.lanes(body.stmt.rhs.dtype.np_dtype.itemsize)
         return window if self.extent(body, last) >= lanes and window <= 64 else None
-
-    def transpose_tiles(self, node, ssts, mv, coinc):
-        """A parallel band whose last member runs the written tensors' last index while
-        a read runs its own last index through another member (a transpose,
-        ``B(j, i) = A(i, j)``): the loop along the written rows reads one element per
-        row of the input, and a row length that is a power of two maps every one of
-        them to the same few cache sets (2048x2048: 12 ms, 3 GB/s).  Tiled into squares
-        of ``T x T`` (both members), the lines a tile reads stay in L1 while the tile
-        writes its rows.  The point band below the tile band, or ``node``."""
-        n = len(coinc)
-        if n < 2 or not all(coinc) or self.options.tile == ():
-            return node
-        last = n - 1
-        pairs = set()
-        for s in ssts:
-            if mv[s.name][last] is None or mv[s.name][last] != self.target_var(s):
-                return node
-            for r in P.reads(s.stmt.rhs):
-                if len(r.indices) < 2 or not isinstance(r.indices[-1], P.Index):
-                    continue
-                v = s.vars.index(r.indices[-1].name) if r.indices[-1].name in s.vars else None
-                m = mv[s.name].index(v) if v is not None and v in mv[s.name] else None
-                if m is not None and m != last:
-                    pairs.add(m)
-        if len(pairs) != 1:
-            return node
-        m = pairs.pop()
-        itemsize = max(s.stmt.rhs.dtype.np_dtype.itemsize for s in ssts)
-        size = max(8, 64 // itemsize)  # a cache line of each row per tile row
-        if any(mv[s.name][k] is None or self.extent(s, mv[s.name][k]) < 2 * size
-               for s in ssts for k in (m, last)):
-            return node
-        sizes = [1] * n
-        sizes[m] = sizes[last] = size
-        self.report.append(Decision("transpose", [s.name for s in ssts], {"tile": (size, size)}))
-        return T.tile(node, sizes).child(0)
 
     def mark_inner(self, node, ssts, mv, coinc):
         n = len(coinc)
