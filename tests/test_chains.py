@@ -1,6 +1,7 @@
 """Register tiles of few accumulators interleave their reduction over several sets of
 them (``codegen_c/chains.py``): a narrow product over a deep reduction, whose one vector
-per row waited on each FMA's latency.  The sums are reassociated: every case is checked
+per row waited on each FMA's latency; tiles of few rows hold their operand vectors in
+registers.  The sums are reassociated: every case is checked
 against the reference interpreter, a reduction that is not a multiple of the sets (the
 loop's rest) and a folded epilogue included."""
 from __future__ import annotations
@@ -80,3 +81,26 @@ def test_sets_enough_for_the_chains_and_no_more(monkeypatch):
     few_registers = interleave(_Emitter(), (0, 99), body,
                                {f"pt_a{r}_0": "pt_v8f" for r in range(3)}, 16)
     assert len(few_registers.decls) == 3  # 2 sets: 6 of 16 registers
+
+
+@pytest.mark.parametrize("m", [2, 3, 4, 9, 6])
+def test_a_tile_of_few_rows_holds_its_operand_vectors_in_registers(m):
+    """Register tiles of 2 to ``PIN_ROWS`` rows load each operand vector once a step
+    into a register (an empty ``asm`` holds it there, where gcc would fold the load
+    into every row's FMA); tiles of more rows are left to gcc; every product matches
+    the reference interpreter, the rows past the last whole register tile included."""
+    from polytc.codegen_c.chains import PIN_ROWS
+    from polytc.machine import host
+
+    ck = check(NARROW, [(m, 512), (512, 256)], ONE, rtol=1e-4, atol=1e-3)
+    if "pt_v" not in ck.code:
+        pytest.skip("no vector register tiles on this machine")
+    pins = re.findall(r"PT_PIN\((pt_r\d+)\);", ck.code)
+    tiles = {int(r) for r in re.findall(r"register tiles (\d+)x", str(ck.explain()))}
+    rows = {m % t for t in tiles if m % t} | {t for t in tiles if m >= t}
+    few = any(1 < r <= PIN_ROWS for r in rows)
+    assert few or not pins, (rows, ck.code)
+    if few and host().vector_registers >= 32:  # (room for them all: AVX-512)
+        assert pins, (rows, ck.code)
+    for name in pins:  # (declared as a plain vector before its pin)
+        assert re.search(rf"pt_v\w+ {name} = ", ck.code), name

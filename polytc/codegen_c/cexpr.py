@@ -37,6 +37,14 @@ PRELUDE = r"""
    libm's fmaxf for each element (a bias + ReLU epilogue ran 3x slower) */
 #define PT_FMAX(a, b) ({ __typeof__(a) _a = (a); __typeof__(b) _b = (b); (_a >= _b || _b != _b) ? _a : _b; })
 #define PT_FMIN(a, b) ({ __typeof__(a) _a = (a); __typeof__(b) _b = (b); (_a <= _b || _b != _b) ? _a : _b; })
+/* a vector value held in a register where it is made (codegen_c/chains.py: pinned) */
+#if defined(__x86_64__) || defined(__i386__)
+#define PT_PIN(x) __asm__("" : "+v"(x))
+#elif defined(__aarch64__)
+#define PT_PIN(x) __asm__("" : "+w"(x))
+#else
+#define PT_PIN(x) ((void)0)
+#endif
 static inline long pt_chk(long i, long n, int site, int *err) {
   if (__builtin_expect(i < 0 || i >= n, 0)) { __atomic_store_n(err, site, __ATOMIC_RELAXED); return 0; }
   return i;

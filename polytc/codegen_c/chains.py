@@ -1,4 +1,5 @@
-"""A register tile of few accumulators, its reduction loop interleaved over several sets.
+"""A register tile of few accumulators, its reduction loop interleaved over several sets;
+a tile of few rows, its operand vectors held in registers (``pinned``).
 
 Each step of a register tile's reduction adds into every accumulator, and waits for the
 last step's sum in it: an FMA's result comes some cycles after it starts (4 on the x86
@@ -70,6 +71,32 @@ def interleave(em, loop, nest: list, accs: dict, registers: int) -> Interleaved 
     combine = [c.Statement(f"{a} += " + " + ".join(f"{a}_c{s}" for s in range(1, copies)))
                for a in accs]
     return Interleaved(decls, code, combine)
+
+
+#: the most rows of a register tile whose operand vectors are pinned in registers
+#: (``pinned``): pinned in every tile, SqueezeNet ran 1.14x and 1.13x its time in two
+#: in-process A/Bs (its 8- to 14-row convolution tiles), with these ones 0.99-1.01x
+PIN_ROWS = 4
+
+
+def pinned(loads: list, rows: int, accumulators: int, registers: int) -> list:
+    """The statements of a register tile's loads (``loads``: C declarations), each
+    vector load followed by an empty ``asm`` that holds its value in a register
+    (``PT_PIN``, the prelude's: none on a machine it does not know), where
+    the tile has 2 to ``PIN_ROWS`` rows and the registers hold its accumulators, those
+    vectors and a broadcast: gcc folds a vector load into every FMA that uses it (one
+    memory operand per row), and a tile of few rows is then bound by its loads (at 3
+    rows, 15 loads a step for 12 FMAs: 3 broadcasts and 4 vectors are 7).  M x 512 x
+    512 products, inputs 16 bytes past a 64-byte boundary, in-process A/B: at 3 and 4
+    rows 9.3 -> 6.5 and 11.9 -> 7.8 us, with M symbolic 9.8 -> 7.1 and 11.1 -> 7.1; at
+    9 rows (6 and 3) 17.5 -> 15.0; aligned 0.85-1.0x; tiles of more rows unchanged."""
+    vectors = [re.fullmatch(r"const (pt_v\w+) (pt_r\d+) = (.*)", d, re.S) for d in loads]
+    if not 1 < rows <= PIN_ROWS or \
+            accumulators + sum(v is not None for v in vectors) + 1 > registers:
+        return [c.Statement(d) for d in loads]
+    return [s for d, v in zip(loads, vectors) for s in (
+        [c.Statement(d)] if v is None else
+        [c.Statement(f"{v[1]} {v[2]} = {v[3]}"), c.Statement(f"PT_PIN({v[2]})")])]
 
 
 def interleaved(code: str) -> list:

@@ -34,7 +34,7 @@ from ..lang import program as P
 from ..machine import host
 from ..tiling.pack import unit_stride
 from .cexpr import target_code
-from .chains import const_bounds, interleave
+from .chains import const_bounds, interleave, pinned
 from .pack import PackPrinter
 from .prefetch import ahead_along, during, next_tile, streamed
 
@@ -377,7 +377,8 @@ def micro_kernel(em, loops, items, lanes_at: tuple | None = None):
         em.vector_types.add((ctype, part_lanes, itemsize))
     if masked:
         em.masked_types.add((ctype, part_lanes, itemsize))
-    nest = [c.Statement(d) for d in loads] + [c.Statement(a) for a in ahead] + body
+    nest = pinned(loads, len(rows), len(accs), host().vector_registers) + \
+        [c.Statement(a) for a in ahead] + body
     # the epilogue's reads of other tensors, asked for while the tile computes
     spread = []
     if strided and strided[0].fold is not None and loops:
