@@ -339,7 +339,7 @@ def mark_parallel(schedule: isl.Schedule, min_points: int, points: int,
     if points < min_points:
         return schedule
     node = schedule.get_root()
-    node = _mark(node, False, max(1, threads), nested)
+    node = _mark(node, False, max(1, threads), nested, min_points)
     return node.get_schedule()
 
 
@@ -370,10 +370,22 @@ def _chunked(node, threads: int):
     return point.parent().parent()  # the tile band
 
 
-def _mark(node, inside, threads, nested=True):
+#: a band of fewer instances than the kernel's threshold shifted right by this runs on
+#: one thread (``_mark``): at a threshold of 2^15, 2^12 (with 2^15 itself ShuffleNet's
+#: 19K-30K-instance groups and an LSTM's 8K-instance cell steps ran 1.04-1.09x slower)
+BAND_SHIFT = 3
+
+
+def _mark(node, inside, threads, nested=True, min_points: int = 0):
     """Mark the subtree at ``node``; returns the node at the same position.  The band
     under a ``private:`` mark (``privatize.py``) runs in parallel on its first member,
-    which carries only reductions into the tensors the mark names."""
+    which carries only reductions into the tensors the mark names.  A band of fewer
+    than ``min_points >> BAND_SHIFT`` instances (of fixed sizes) gets no mark: its loop
+    nest runs on one thread, where the region's fork and join cost more than it saves
+    (the 10-statement row program of ``bench_compile.py``, its row statements 128
+    wide, in-process A/B: at 8, 16, 32 and 64 rows 0.21x, 0.33x, 0.52x and 0.83x the
+    time; models 0.99-1.01x).  A band whose sizes are symbolic keeps its mark (the
+    kernel's run-time test, ``backends/c.py``, decides for all its loops)."""
     depth = 0
     if node.get_type() == isl.schedule_node_type.mark and not inside and \
             node.mark_get_id().get_name().startswith("private:"):
@@ -384,6 +396,8 @@ def _mark(node, inside, threads, nested=True):
         inside = True
     if node.get_type() == isl.schedule_node_type.band and not inside:
         m = _first_coincident(node, threads)
+        if m is not None and _box_points(node.get_domain()) < min_points >> BAND_SHIFT:
+            m = None
         if m is not None:
             symbolic = _symbolic_member(node, m)
             if m > 0:
@@ -403,10 +417,25 @@ def _mark(node, inside, threads, nested=True):
             # generic ResNet's convolutions at a batch of one had run on one thread)
             inside = not (symbolic and nested)
     for i in range(node.n_children()):
-        node = _mark(node.child(i), inside, threads, nested).parent()
+        node = _mark(node.child(i), inside, threads, nested, min_points).parent()
     for _ in range(depth):
         node = node.parent()
     return node
+
+
+def _box_points(domain) -> int:
+    """The instances of ``domain`` (a union set), each statement's as its bounding box;
+    a large number where a bound is symbolic."""
+    total, sets = 0, domain.get_set_list()
+    for k in range(sets.n_set()):
+        st, n = sets.get_at(k), 1
+        for d in range(st.dim(isl.dim_type.set)):
+            lo, hi = st.dim_min_val(d), st.dim_max_val(d)
+            if not (lo.is_int() and hi.is_int()):
+                return 1 << 62
+            n *= max(0, hi.to_python() - lo.to_python() + 1)
+        total += n
+    return total
 
 
 def _symbolic_member(node, m: int) -> bool:

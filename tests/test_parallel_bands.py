@@ -1,0 +1,32 @@
+"""Loop nests too small to pay for a parallel region run on one thread
+(``poly/schedule._mark``, ``BAND_SHIFT``): a small row program's row statements, while
+its product keeps its parallel loop, and at more rows every nest forks.  Every size
+matches numpy."""
+from __future__ import annotations
+
+import numpy as np
+
+import polytc
+from polytc.poly.schedule import BAND_SHIFT
+
+CENTRED_PRODUCT = """
+def centred(float(N,D) X, float(D,E) W) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    xc(n, d) = X(n, d) - mean(n)
+    Y(n, e) +=! xc(n, d) * W(d, e)
+}"""
+
+
+def test_loop_nests_too_small_to_fork_run_on_one_thread():
+    least = polytc.Options().parallel_min_points >> BAND_SHIFT
+    k = polytc.tc(CENTRED_PRODUCT, options=polytc.Options(num_threads=2))
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    regions = {}
+    for n in (16, 512):
+        x = rng.standard_normal((n, 128)).astype(np.float32)
+        want = (x - x.mean(1, keepdims=True)) @ w
+        np.testing.assert_allclose(k(x, w), want, rtol=1e-4, atol=1e-3)
+        regions[n] = k.specialize(x, w).code.count("#pragma omp parallel")
+    assert 16 * 128 < least <= 512 * 128
+    assert 0 < regions[16] < regions[512], regions
