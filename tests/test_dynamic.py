@@ -228,7 +228,7 @@ def test_generic_code_keeps_every_thread_busy_at_any_size():
     mm = polytc.tc(MATMUL, dynamic=("M",))
     code = mm.specialize(f32(40, 96), f32(96, 80)).code
     # (a C test around the region: a failing OpenMP if clause still makes a team)
-    assert re.search(r"if \(\(M\) >= \d+L\)\s*\{\s*#pragma omp parallel for", code), code
+    assert re.search(r"if \(.*\(M\) >= \d+L.*\)\s*\{\s*#pragma omp parallel for", code), code
     assert not any(" if(" in p for p in _pragmas(code)), _pragmas(code)
     counts = re.findall(r"M % \d+L\) - 1L\)\) == (\d+)L\)|"
                         r"if \(!\(\(\(M % \d+L\) >= \((\d+)L \+ 1L\)", code)

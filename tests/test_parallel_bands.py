@@ -30,3 +30,22 @@ def test_loop_nests_too_small_to_fork_run_on_one_thread():
         regions[n] = k.specialize(x, w).code.count("#pragma omp parallel")
     assert 16 * 128 < least <= 512 * 128
     assert 0 < regions[16] < regions[512], regions
+
+
+def test_a_generic_kernel_forks_each_loop_nest_from_its_own_size():
+    """Rows symbolic: each parallel loop forks under a run-time test of its own
+    statements' instances (the row statements from ``least / D`` rows), besides the
+    kernel's; every row count, below and past those, matches numpy."""
+    import re
+
+    least = polytc.Options().parallel_min_points >> BAND_SHIFT
+    k = polytc.tc(CENTRED_PRODUCT, dynamic=("N",), options=polytc.Options(num_threads=2))
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    for i, n in enumerate((40, 1, 8, 31, 32, 33, 300)):
+        x = rng.standard_normal((n, 128)).astype(np.float32)
+        want = (x - x.mean(1, keepdims=True)) @ w
+        np.testing.assert_allclose(k(x, w), want, rtol=1e-4, atol=1e-3)
+        if i == 0:
+            code = k.specialize(x, w).code
+            assert re.search(rf"\(\(N\) >= {-(-least // 128)}L\)\)", code), code

@@ -10,6 +10,7 @@ from ..codegen_c.pack import packs_of
 from ..tiling.extents import least_symbolic, statement_points
 from ..lang import program as P
 from ..machine import threads
+from ..poly.schedule import BAND_SHIFT
 from ..tiling.contract import text as contract_text
 from ..runtime.compiled import build_meta
 from ..runtime.executor import executor
@@ -47,7 +48,8 @@ class C(Backend):
             em = CEmitter(b.scop, b.options.num_threads,
                           b.options.vectorize, decisions, b.options.reciprocal,
                           parallel_sum=_parallel_sum(b.options), parallel_if=_parallel_if(b),
-                          team=threads(b.options.num_threads))
+                          team=threads(b.options.num_threads),
+                          band_points=b.options.parallel_min_points >> BAND_SHIFT)
             code = em.function(b.ast, FUNCTION_NAME, b.fills)
             if not em.escaped:
                 break

@@ -31,6 +31,7 @@ from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, dot4_helper, isl
                     literal, span, statement_code, vdot4_helpers)
 from .promote import Promotion
 from .rowsplit import rows_split, tiles_split
+from ..tiling.extents import least_symbolic
 
 def _strip(text: str) -> str:
     """``(a <= b)`` -> ``a <= b`` (OpenMP wants a bare loop condition)."""
@@ -49,8 +50,12 @@ class CEmitter:
     omp_reductions = True
 
     def __init__(self, scop, num_threads=None, vectorize=True, decisions=(), reciprocal=False,
-                 parallel_sum: int | None = None, parallel_if: str = "", team: int = 1):
+                 parallel_sum: int | None = None, parallel_if: str = "", team: int = 1,
+                 band_points: int = 0):
         self.scop = scop
+        #: the instances a parallel loop's statements need to fork, where its count is
+        #: symbolic (``forked``; ``poly.schedule.BAND_SHIFT`` for fixed sizes)
+        self.band_points = band_points
         #: the threads the parallel loops run on (a loop over a symbolic count runs in
         #: parallel when it has an iteration per thread: ``batch_condition``)
         self.team = team
@@ -205,23 +210,23 @@ class CEmitter:
                     loop = c.For(*header, c.Block(inner))
                     if self.collapse_into is not None and self.collapse_into[1] == it:
                         outer, self.collapse_into = self.collapse_into[0], None
-                        out = self.forked(pragma[0], loop)
+                        out = self.forked(pragma[0], loop, n)
                         split = self.split(out, n, header)
                         if split is not out:  # (tiles_split's region in the loop around)
                             return [c.For(*outer, c.Block(split))]
                         return self.forked(pragma[0] + " collapse(2)",  # and the loop around
-                                           c.For(*outer, c.Block([loop])))
+                                           c.For(*outer, c.Block([loop])), n)
                     if batch:  # forks when it has an iteration per thread, else runs
                         # outside any parallel region (a nested region, even inside an
                         # inactive one, gets threads of its own: libgomp creates them)
-                        return self.split([c.If(batch, c.Block(self.forked(pragma[0], loop)),
+                        return self.split([c.If(batch, c.Block(self.forked(pragma[0], loop, n)),
                                                 c.Block([loop]))], n, header)
                     if self.batch_if and self.outlining:  # inside such a loop: forks when
                         # that one did not (a batch of one), else runs on its thread
                         self.nested_forks += 1
                         return [c.If(f"!({self.batch_if[-1]})",
-                                     c.Block(self.forked(pragma[0], loop)), c.Block([loop]))]
-                    return self.split(self.forked(pragma[0], loop), n, header)
+                                     c.Block(self.forked(pragma[0], loop, n)), c.Block([loop]))]
+                    return self.split(self.forked(pragma[0], loop, n), n, header)
                 ahead = steps(self.cursors, str(c.Block(inner))) if simd else []
                 phased = self.phases(it, header, inner) if simd else None
                 if phased is not None:
@@ -361,14 +366,50 @@ class CEmitter:
         return (f" num_threads({self.num_threads})" if self.num_threads else "") + \
             (f" if({self.parallel_if})" if self.parallel_if and test else "")
 
-    def forked(self, pragma: str, loop) -> list:
+    def forked(self, pragma: str, loop, n=None) -> list:
         """A parallel loop under its pragma, behind the run-time test of a kernel with
         symbolic sizes: an OpenMP ``if`` clause that fails still makes a team of one
         (libgomp allocates and frees it, 0.25 us a region; a 10-statement generic
-        kernel's row ran 5 us for 0.8 us of work), a C ``if`` runs the loop as it is."""
-        if not self.parallel_if:
+        kernel's row ran 5 us for 0.8 us of work), a C ``if`` runs the loop as it is.
+        With the AST loop ``n``, also that its own statements have ``band_points``
+        instances (a generic row program's row statements at 8 rows forked a region
+        each, 2x the time of its specialised twin, whose such loops run on one thread)."""
+        test = " && ".join(f"({t})" for t in (self.parallel_if, self.band_test(n)) if t)
+        if not test:
             return [c.Pragma(pragma), loop]
-        return [c.If(self.parallel_if, c.Block([c.Pragma(pragma), loop]), c.Block([loop]))]
+        return [c.If(test, c.Block([c.Pragma(pragma), loop]), c.Block([loop]))]
+
+    def band_test(self, n) -> str:
+        """C that holds where the statements under the AST node ``n`` reach
+        ``band_points`` instances (their count scaled by the symbolic sizes); "" where
+        they always do, or the sizes are fixed."""
+        if n is None or not self.band_points or not self.scop.symbolic:
+            return ""
+        names: set = set()
+
+        def walk(node):
+            T = isl.ast_node_type
+            t = node.get_type()
+            if t == T.user:
+                names.add(node.user_get_expr().op_get_arg(0).id_get_id().get_name())
+            elif t == T.for_:
+                walk(node.for_get_body())
+            elif t == T.if_:
+                walk(node.if_get_then_node())
+                if node.if_has_else_node():
+                    walk(node.if_get_else_node())
+            elif t == T.block:
+                kids = node.block_get_children()
+                for i in range(kids.n_ast_node()):
+                    walk(kids.get_at(i))
+            elif t == T.mark:
+                walk(node.mark_get_node())
+        walk(n)
+        ssts = [self.by_name[x] for x in names if x in self.by_name]
+        if not ssts:
+            return ""
+        least = least_symbolic(ssts, self.scop.env, self.scop.symbolic, self.band_points)
+        return "" if least <= 1 else f"({' * '.join(self.scop.symbolic)}) >= {least}L"
 
     def private_clause(self) -> str:
         """OpenMP array reductions of the tensors a ``private:`` mark names (each thread
