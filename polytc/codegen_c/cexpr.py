@@ -489,6 +489,25 @@ def c_sizes(scop) -> tuple:
     return shapes, env
 
 
+def ast_nodes(node):
+    """``node`` and every isl AST node below it, before their children."""
+    T = isl.ast_node_type
+    yield node
+    t = node.get_type()
+    if t == T.for_:
+        yield from ast_nodes(node.for_get_body())
+    elif t == T.mark:
+        yield from ast_nodes(node.mark_get_node())
+    elif t == T.if_:
+        yield from ast_nodes(node.if_get_then_node())
+        if node.if_has_else_node():
+            yield from ast_nodes(node.if_get_else_node())
+    elif t == T.block:
+        kids = node.block_get_children()
+        for i in range(kids.n_ast_node()):
+            yield from ast_nodes(kids.get_at(i))
+
+
 def span(header) -> str | None:
     """The values a loop's iterator takes, from first to last (C; ``header``: its ``for``
     clauses), for bounds ``c <= e`` or ``c < e``; else None."""

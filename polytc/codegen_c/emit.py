@@ -27,11 +27,11 @@ from .pack import PackPrinter, direct_below, packs_of
 from .halves import half_helpers
 from .tcopy import transposed_copy
 from .vloop import math_loop
-from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, dot4_helper, isl_expr,
+from .cexpr import (PRELUDE, ExprPrinter, c_sizes, div_helpers, dot4_helper, ast_nodes, isl_expr,
                     literal, span, statement_code, vdot4_helpers)
 from .promote import Promotion
 from .rowsplit import rows_split, tiles_split
-from ..tiling.extents import least_symbolic
+from ..tiling.extents import least_symbolic, statement_points
 
 def _strip(text: str) -> str:
     """``(a <= b)`` -> ``a <= b`` (OpenMP wants a bare loop condition)."""
@@ -382,31 +382,16 @@ class CEmitter:
     def band_test(self, n) -> str:
         """C that holds where the statements under the AST node ``n`` reach
         ``band_points`` instances (their count scaled by the symbolic sizes); "" where
-        they always do, or the sizes are fixed."""
+        they always do (already at a size of 1: their extents fixed), or the kernel's
+        sizes are fixed."""
         if n is None or not self.band_points or not self.scop.symbolic:
             return ""
-        names: set = set()
-
-        def walk(node):
-            T = isl.ast_node_type
-            t = node.get_type()
-            if t == T.user:
-                names.add(node.user_get_expr().op_get_arg(0).id_get_id().get_name())
-            elif t == T.for_:
-                walk(node.for_get_body())
-            elif t == T.if_:
-                walk(node.if_get_then_node())
-                if node.if_has_else_node():
-                    walk(node.if_get_else_node())
-            elif t == T.block:
-                kids = node.block_get_children()
-                for i in range(kids.n_ast_node()):
-                    walk(kids.get_at(i))
-            elif t == T.mark:
-                walk(node.mark_get_node())
-        walk(n)
+        T = isl.ast_node_type
+        names = {x.user_get_expr().op_get_arg(0).id_get_id().get_name()
+                 for x in ast_nodes(n) if x.get_type() == T.user}
         ssts = [self.by_name[x] for x in names if x in self.by_name]
-        if not ssts:
+        ones = {**self.scop.env, **{x: 1 for x in self.scop.symbolic}}
+        if not ssts or sum(statement_points(s, ones) for s in ssts) >= self.band_points:
             return ""
         least = least_symbolic(ssts, self.scop.env, self.scop.symbolic, self.band_points)
         return "" if least <= 1 else f"({' * '.join(self.scop.symbolic)}) >= {least}L"

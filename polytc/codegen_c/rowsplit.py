@@ -24,7 +24,7 @@ import cgen as c
 import islpy as isl
 
 from ..tiling.pack import STREAM_ROWS
-from .cexpr import isl_expr, span
+from .cexpr import ast_nodes, isl_expr, span
 
 
 def rows_split(em, node, it: str, least: int | None = None, cols: str | None = None):
@@ -147,20 +147,8 @@ def _rest(code: list, cols: str | None) -> list:
 
 def _marked(node) -> bool:
     """Whether the AST ``node`` holds a ``rowsplit`` mark."""
-    T = isl.ast_node_type
-    t = node.get_type()
-    if t == T.mark:
-        return node.mark_get_id().get_name().startswith("rowsplit") or \
-            _marked(node.mark_get_node())
-    if t == T.for_:
-        return _marked(node.for_get_body())
-    if t == T.if_:
-        return _marked(node.if_get_then_node()) or \
-            (node.if_has_else_node() and _marked(node.if_get_else_node()))
-    if t == T.block:
-        kids = node.block_get_children()
-        return any(_marked(kids.get_at(i)) for i in range(kids.n_ast_node()))
-    return False
+    return any(x.get_type() == isl.ast_node_type.mark and
+               x.mark_get_id().get_name().startswith("rowsplit") for x in ast_nodes(node))
 
 
 #: a tile's products over the packing of its operand, at least (``tiles_split``): a
