@@ -19,13 +19,14 @@ model seen at one shape compiles exactly as before.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import re
 
 #: a number of a program's text: not part of a name, nor of a float literal
 _NUMBER = re.compile(r"(?<![\w.])\d+(?![\w.])")
+#: the same, kept by ``split`` (``_split``)
+_NUMBERS = re.compile(r"((?<![\w.])\d+(?![\w.]))")
 
 
 def symbolic_dims(graph) -> list:
@@ -42,7 +43,14 @@ def symbolic_dims(graph) -> list:
 
 
 def skeleton(text: str) -> str:
-    return _NUMBER.sub("#", text)
+    return _split(text)[0]
+
+
+def _split(text: str) -> tuple:
+    """``(skeleton, numbers)``: ``text`` with every number blanked, and its numbers in
+    order, in one scan of the text."""
+    parts = _NUMBERS.split(text)
+    return "#".join(parts[0::2]), parts[1::2]
 
 
 class Generaliser:
@@ -54,8 +62,9 @@ class Generaliser:
         self.names = sorted({name for _, _, name in self.dims})
         self._refs: dict = {}  # skeleton -> [(values, text)]: its first bindings
         self._memo: dict = {}  # text -> (generic text, names) found for it
-        #: skeleton -> [(generic text, names, name -> (dimension, factor))]: the generic
-        #: texts found, which a later binding of the group matches at its values
+        #: skeleton -> [(generic text, names, name -> (dimension, factor), slots)]: the
+        #: generic texts found, which a later binding of the group matches at its values
+        #: (``slots``: per number of the skeleton, the number or the size name there)
         self._templates: dict = {}
 
     def probe(self, shapes: dict) -> dict | None:
@@ -97,9 +106,9 @@ class Generaliser:
             return None
         if text in self._memo:
             return self._memo[text]
-        skel = skeleton(text)
-        for gtext, names, binding in self._templates.get(skel, ()):  # a generic text
-            if _instantiate(gtext, binding, values) == text:  # found before, at these values
+        skel, numbers = _split(text)
+        for gtext, names, binding, slots in self._templates.get(skel, ()):  # a generic
+            if _matches(slots, binding, values, numbers):  # text found before, these values
                 self._memo[text] = (gtext, names)
                 return gtext, names
         refs = self._refs.setdefault(skel, [])
@@ -111,15 +120,15 @@ class Generaliser:
             if not any(old == text for _, old in refs):
                 refs.append((values, text))  # a reference: the first binding of its group
             return None
-        gtext, names, _, binding, old = min(found, key=lambda f: f[2])
-        self._templates.setdefault(skel, []).append((gtext, names, binding))
+        gtext, names, _, binding, slots, old = min(found, key=lambda f: f[2])
+        self._templates.setdefault(skel, []).append((gtext, names, binding, slots))
         # the reference is that group too (a later binding equal to it: the probe's)
         self._memo[text] = self._memo[old] = (gtext, names)
         return gtext, names
 
     def _generalise(self, old_values, old, values, text) -> tuple:
-        """``(generic text, names, numbers that differ, name -> (dimension, factor))``,
-        or ``()``."""
+        """``(generic text, names, numbers that differ, name -> (dimension, factor),
+        slots)``, or ``()`` (``slots``: per number of ``text``, itself or its size name)."""
         if old == text:
             return ()
         sizes = _sizes(self.names, text)
@@ -145,22 +154,17 @@ class Generaliser:
             binding[name] = (dims, k)
         merged = [x for pair in zip(parts, out + [""]) for x in pair]
         return "".join(merged), tuple(sorted(used)), \
-            sum(a != b for a, b in zip(nums_old, nums)), binding
+            sum(a != b for a, b in zip(nums_old, nums)), binding, tuple(out)
 
 
-def _instantiate(gtext: str, binding: dict, values: dict) -> str:
-    """A generic text with each size name replaced by its number at ``values``."""
-    if not binding:
-        return gtext
-    numbers = {name: str(k * math.prod(values[n] for n in dims))
-               for name, (dims, k) in binding.items()}
-    return _names(tuple(binding)).sub(lambda m: numbers[m.group(1)], gtext)
-
-
-@functools.lru_cache(maxsize=256)
-def _names(names: tuple) -> re.Pattern:
-    """The pattern of any one of the size names ``names``, as a word."""
-    return re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+def _matches(slots: tuple, binding: dict, values: dict, numbers: list) -> bool:
+    """Whether a text whose numbers are ``numbers`` is the generic text of ``slots`` (its
+    skeleton's) at ``values``: each size name's number there, each other number itself."""
+    if len(slots) != len(numbers):
+        return False
+    at = {name: str(k * math.prod(values[n] for n in dims))
+          for name, (dims, k) in binding.items()}
+    return all(at.get(s, s) == n for s, n in zip(slots, numbers))
 
 
 def _monomial(a: int, b: int, old: dict, new: dict, names) -> tuple | None:

@@ -103,8 +103,14 @@ class CompiledKernel(Specialised):
 
         if any(env[n] != v for n, v in self.env.items() if n not in self.symbolic):
             return False
-        return all(env[n] >= 1 for n in self.symbolic) and all(
-            S.evaluate(d, env) >= 0 for t in self.program.tensors for d in t.shape)
+        if not all(env[n] >= 1 for n in self.symbolic):
+            return False
+        signed = self.__dict__.get("_signed")
+        if signed is None:  # (an extent of sizes with no negative part is one at least)
+            signed = self._signed = [d for t in self.program.tensors for d in t.shape
+                                     if not (isinstance(d, S.Lin) and d.const >= 0 and
+                                             all(c > 0 for _n, c in d.terms))]
+        return all(S.evaluate(d, env) >= 0 for d in signed)
 
     def at(self, env) -> "CompiledKernel":
         """This kernel (compiled with symbolic sizes) for the sizes ``env`` of a call
