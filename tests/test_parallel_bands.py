@@ -71,3 +71,30 @@ def test_a_loop_nest_of_fixed_sizes_in_a_generic_kernel_keeps_the_kernels_test()
     code = k.specialize(x, w).code
     tests = re.findall(r"if \((.*)\)\n\s*\{\n\s*#pragma omp parallel for", code)
     assert tests and any("&&" not in t for t in tests), tests
+
+
+def test_a_loop_nest_of_fixed_sizes_with_work_enough_forks_at_any_size():
+    """A generic kernel whose nest of fixed extents alone has ``parallel_min_points``
+    instances: that nest forks at every size (the kernel's run-time test counts its
+    instances as they are, not scaled by the rows), the rows' nest under its own test;
+    one row and many match numpy."""
+    import re
+
+    src = """def two(float(N,D) X, float(E,E) W) -> (Y, Z) {
+        Y(n, d) = X(n, d) * 2.0
+        Z(i, j) = W(i, j) + 1.0
+    }"""
+    assert 256 * 256 >= polytc.Options().parallel_min_points
+    k = polytc.tc(src, dynamic=("N",), options=polytc.Options(num_threads=2))
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((256, 256)).astype(np.float32)
+    for n in (512, 1):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        y, z = k(x, w)
+        np.testing.assert_allclose(y, x * 2)
+        np.testing.assert_allclose(z, w + 1)
+    code = k.specialize(x, w).code
+    regions = code.count("#pragma omp parallel for")
+    tested = re.findall(r"if \((.*)\)\n\s*\{\n\s*#pragma omp parallel for", code)
+    assert tested and all("N" in t for t in tested), tested
+    assert regions > len(tested), code

@@ -54,11 +54,21 @@ def products(sst) -> int:
 
 def least_symbolic(stmts, env, names, min_points: int) -> int:
     """The least product of the symbolic sizes ``names`` at which the statements reach
-    ``min_points`` instances (counted at ``env``'s hint sizes, scaled by that product):
-    below it a generic kernel runs on one thread (``backends/c.py``'s run-time test).
-    1 where any size does."""
-    points = sum(statement_points(s, env) for s in stmts)
+    ``min_points`` instances (counted at ``env``'s hint sizes, those whose ranges depend
+    on a symbolic size scaled by that product, the others as they are): below it a
+    generic kernel runs on one thread (``backends/c.py``'s run-time test).  1 where any
+    size does (a nest of fixed extents alone has enough: it need not wait for the rows
+    of another to fork, as it did when its instances were scaled too)."""
+    fixed = scaled = 0
+    for s in stmts:
+        if any(symbolic(s, v, names) for v in s.vars):
+            scaled += statement_points(s, env)
+        else:
+            fixed += statement_points(s, env)
+    need = min_points - fixed
+    if need <= 0:
+        return 1
     scale = 1
     for n in names:
         scale *= max(1, env[n])
-    return max(1, -(-min_points * scale // max(1, points)))
+    return max(1, -(-need * scale // max(1, scaled)))
