@@ -98,3 +98,22 @@ def test_a_loop_nest_of_fixed_sizes_with_work_enough_forks_at_any_size():
     tested = re.findall(r"if \((.*)\)\n\s*\{\n\s*#pragma omp parallel for", code)
     assert tested and all("N" in t for t in tested), tested
     assert regions > len(tested), code
+
+
+def test_a_generic_kernels_serial_branch_runs_small_bodies_inline():
+    """Where a generic kernel's loop has too little work to fork, its serial branch runs
+    a small body inline, not one call of the outlined body per row (``INLINE_SERIAL``);
+    a few rows and many, on either branch, match numpy."""
+    import re
+
+    k = polytc.tc(CENTRED_PRODUCT, dynamic=("N",), options=polytc.Options(num_threads=2))
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    for n in (3, 700):
+        x = rng.standard_normal((n, 128)).astype(np.float32)
+        want = (x - x.mean(1, keepdims=True)) @ w
+        np.testing.assert_allclose(k(x, w), want, rtol=1e-4, atol=1e-3)
+    code = k.specialize(x, w).code
+    serial = re.findall(r"else\n\s*\{\n\s*for \(long c0 = 0L; c0 < N; c0 \+= 1L\)\n\s*\{\n"
+                        r"\s*(\S+)", code)
+    assert serial and not any(s.startswith("pt_body") for s in serial), serial

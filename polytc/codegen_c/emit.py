@@ -33,6 +33,12 @@ from .promote import Promotion
 from .rowsplit import rows_split, tiles_split
 from ..tiling.extents import least_symbolic, statement_points
 
+#: the most characters of C of a parallel loop's body that its serial branch (a generic
+#: kernel's size too small to fork) also holds inline, rather than calling the outlined
+#: body once per iteration: a call for each row's few stores or short vector loop
+INLINE_SERIAL = 4000
+
+
 def _strip(text: str) -> str:
     """``(a <= b)`` -> ``a <= b`` (OpenMP wants a bare loop condition)."""
     if not (text.startswith("(") and text.endswith(")")):
@@ -206,7 +212,8 @@ class CEmitter:
             if pragma and it == pragma[1]:
                 if pragma[0].startswith("omp parallel"):
                     pragma[3].append(it)
-                    inner = [self.outline(pragma[2] + inner, self.iters + [it])]
+                    body = pragma[2] + inner
+                    inner = [self.outline(body, self.iters + [it])]
                     loop = c.For(*header, c.Block(inner))
                     if self.collapse_into is not None and self.collapse_into[1] == it:
                         outer, self.collapse_into = self.collapse_into[0], None
@@ -226,7 +233,9 @@ class CEmitter:
                         self.nested_forks += 1
                         return [c.If(f"!({self.batch_if[-1]})",
                                      c.Block(self.forked(pragma[0], loop, n)), c.Block([loop]))]
-                    return self.split(self.forked(pragma[0], loop, n), n, header)
+                    serial = c.For(*header, c.Block(body)) \
+                        if len(str(c.Block(body))) <= INLINE_SERIAL else None
+                    return self.split(self.forked(pragma[0], loop, n, serial), n, header)
                 ahead = steps(self.cursors, str(c.Block(inner))) if simd else []
                 phased = self.phases(it, header, inner) if simd else None
                 if phased is not None:
@@ -366,18 +375,20 @@ class CEmitter:
         return (f" num_threads({self.num_threads})" if self.num_threads else "") + \
             (f" if({self.parallel_if})" if self.parallel_if and test else "")
 
-    def forked(self, pragma: str, loop, n=None) -> list:
+    def forked(self, pragma: str, loop, n=None, serial=None) -> list:
         """A parallel loop under its pragma, behind the run-time test of a kernel with
         symbolic sizes: an OpenMP ``if`` clause that fails still makes a team of one
         (libgomp allocates and frees it, 0.25 us a region; a 10-statement generic
-        kernel's row ran 5 us for 0.8 us of work), a C ``if`` runs the loop as it is.
+        kernel's row ran 5 us for 0.8 us of work), a C ``if`` runs the loop as it is,
+        or ``serial``, the same loop with its body inline rather than a call of the
+        outlined body per iteration (``INLINE_SERIAL``).
         With the AST loop ``n``, also that its own statements have ``band_points``
         instances (a generic row program's row statements at 8 rows forked a region
         each, 2x the time of its specialised twin, whose such loops run on one thread)."""
         test = " && ".join(f"({t})" for t in (self.parallel_if, self.band_test(n)) if t)
         if not test:
             return [c.Pragma(pragma), loop]
-        return [c.If(test, c.Block([c.Pragma(pragma), loop]), c.Block([loop]))]
+        return [c.If(test, c.Block([c.Pragma(pragma), loop]), c.Block([serial or loop]))]
 
     def band_test(self, n) -> str:
         """C that holds where the statements under the AST node ``n`` reach
