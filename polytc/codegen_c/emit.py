@@ -233,9 +233,8 @@ class CEmitter:
                         self.nested_forks += 1
                         return [c.If(f"!({self.batch_if[-1]})",
                                      c.Block(self.forked(pragma[0], loop, n)), c.Block([loop]))]
-                    serial = c.For(*header, c.Block(body)) \
-                        if len(str(c.Block(body))) <= INLINE_SERIAL else None
-                    return self.split(self.forked(pragma[0], loop, n, serial), n, header)
+                    return self.split(self.forked(pragma[0], loop, n, (header, body)), n,
+                                      header)
                 ahead = steps(self.cursors, str(c.Block(inner))) if simd else []
                 phased = self.phases(it, header, inner) if simd else None
                 if phased is not None:
@@ -375,20 +374,23 @@ class CEmitter:
         return (f" num_threads({self.num_threads})" if self.num_threads else "") + \
             (f" if({self.parallel_if})" if self.parallel_if and test else "")
 
-    def forked(self, pragma: str, loop, n=None, serial=None) -> list:
+    def forked(self, pragma: str, loop, n=None, inline=None) -> list:
         """A parallel loop under its pragma, behind the run-time test of a kernel with
         symbolic sizes: an OpenMP ``if`` clause that fails still makes a team of one
         (libgomp allocates and frees it, 0.25 us a region; a 10-statement generic
         kernel's row ran 5 us for 0.8 us of work), a C ``if`` runs the loop as it is,
-        or ``serial``, the same loop with its body inline rather than a call of the
-        outlined body per iteration (``INLINE_SERIAL``).
+        or, given ``inline`` (the loop's header and body), the same loop with a small body
+        inline rather than a call of the outlined body per iteration (``INLINE_SERIAL``).
         With the AST loop ``n``, also that its own statements have ``band_points``
         instances (a generic row program's row statements at 8 rows forked a region
         each, 2x the time of its specialised twin, whose such loops run on one thread)."""
         test = " && ".join(f"({t})" for t in (self.parallel_if, self.band_test(n)) if t)
         if not test:
             return [c.Pragma(pragma), loop]
-        return [c.If(test, c.Block([c.Pragma(pragma), loop]), c.Block([serial or loop]))]
+        serial = loop
+        if inline is not None and len(str(c.Block(inline[1]))) <= INLINE_SERIAL:
+            serial = c.For(*inline[0], c.Block(inline[1]))
+        return [c.If(test, c.Block([c.Pragma(pragma), loop]), c.Block([serial]))]
 
     def band_test(self, n) -> str:
         """C that holds where the statements under the AST node ``n`` reach

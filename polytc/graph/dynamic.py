@@ -23,10 +23,9 @@ import itertools
 import math
 import re
 
-#: a number of a program's text: not part of a name, nor of a float literal
-_NUMBER = re.compile(r"(?<![\w.])\d+(?![\w.])")
-#: the same, kept by ``split`` (``_split``)
-_NUMBERS = re.compile(r"((?<![\w.])\d+(?![\w.]))")
+#: a number of a program's text: not part of a name, nor of a float literal (kept by
+#: ``split``: ``_parts``)
+_NUMBER = re.compile(r"((?<![\w.])\d+(?![\w.]))")
 
 
 def symbolic_dims(graph) -> list:
@@ -43,14 +42,13 @@ def symbolic_dims(graph) -> list:
 
 
 def skeleton(text: str) -> str:
-    return _split(text)[0]
+    return "#".join(_parts(text)[0])
 
 
-def _split(text: str) -> tuple:
-    """``(skeleton, numbers)``: ``text`` with every number blanked, and its numbers in
-    order, in one scan of the text."""
-    parts = _NUMBERS.split(text)
-    return "#".join(parts[0::2]), parts[1::2]
+def _parts(text: str) -> tuple:
+    """``(the text between its numbers, its numbers)``, in one scan of ``text``."""
+    parts = _NUMBER.split(text)
+    return parts[0::2], parts[1::2]
 
 
 class Generaliser:
@@ -106,7 +104,8 @@ class Generaliser:
             return None
         if text in self._memo:
             return self._memo[text]
-        skel, numbers = _split(text)
+        between, numbers = _parts(text)
+        skel = "#".join(between)
         for gtext, names, binding, slots in self._templates.get(skel, ()):  # a generic
             if _matches(slots, binding, values, numbers):  # text found before, these values
                 self._memo[text] = (gtext, names)
@@ -132,8 +131,7 @@ class Generaliser:
         if old == text:
             return ()
         sizes = _sizes(self.names, text)
-        parts_old, parts = _NUMBER.split(old), _NUMBER.split(text)
-        nums_old, nums = _NUMBER.findall(old), _NUMBER.findall(text)
+        (parts_old, nums_old), (parts, nums) = _parts(old), _parts(text)
         if parts_old != parts or len(nums_old) != len(nums):
             return ()
         used, out, binding = set(), [], {}

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ..diagnostics import PolytcError
+from ..lang import sizes as S
 from . import args as A
 from . import placement
 from .compiled import Specialised
@@ -69,6 +70,11 @@ class CompiledKernel(Specialised):
         self._local = set(meta.get("local_temps", ()))  # kept by the kernel itself
         #: the sizes the code takes as arguments (``Options.symbolic``), in order
         self.symbolic = tuple(meta.get("symbolic", ()))
+        #: the tensor extents that may be negative at some sizes (``serves``; one of sizes
+        #: with no negative part is at least one)
+        self._signed = [d for t in program.tensors for d in t.shape
+                        if not (isinstance(d, S.Lin) and d.const >= 0 and
+                                all(k > 0 for _n, k in d.terms))]
         self._sizes: tuple = ()  # their values (``at``)
         self._shaped(env)
         self._copies: list = []  # free sets of aligned input buffers, likewise
@@ -99,18 +105,10 @@ class CompiledKernel(Specialised):
         """Whether the code is made for the sizes ``env``: the values of its symbolic
         sizes satisfy its assumptions (each at least 1, no tensor extent below 0; see
         ``poly.scop.Scop.context``), the other sizes are its own."""
-        from ..lang import sizes as S
-
         if any(env[n] != v for n, v in self.env.items() if n not in self.symbolic):
             return False
-        if not all(env[n] >= 1 for n in self.symbolic):
-            return False
-        signed = self.__dict__.get("_signed")
-        if signed is None:  # (an extent of sizes with no negative part is one at least)
-            signed = self._signed = [d for t in self.program.tensors for d in t.shape
-                                     if not (isinstance(d, S.Lin) and d.const >= 0 and
-                                             all(c > 0 for _n, c in d.terms))]
-        return all(S.evaluate(d, env) >= 0 for d in signed)
+        return all(env[n] >= 1 for n in self.symbolic) and \
+            all(S.evaluate(d, env) >= 0 for d in self._signed)
 
     def at(self, env) -> "CompiledKernel":
         """This kernel (compiled with symbolic sizes) for the sizes ``env`` of a call

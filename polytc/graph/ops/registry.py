@@ -229,17 +229,15 @@ class Ctx:
         with an empty domain is dropped; a ``!`` reduction over an empty range becomes
         its initialisation."""
         indices = list(indices)
-        shape = target.shape
-        assert len(indices) == len(shape), (target, indices)
-        if 0 in shape:  # (no extent is negative)
+        assert len(indices) == target.rank, (target, indices)
+        if target.size == 0:
             return
-        ranges = dict(ranges) if ranges else {}
+        ranges = dict(ranges or {})
         # a left-hand index in ``ranges`` writes that part of the target only
-        part = {i: ranges.pop(i) for i in indices if isinstance(i, str) and i in ranges} \
-            if ranges else {}
+        part = {i: ranges.pop(i) for i in indices if isinstance(i, str) and i in ranges}
         if any(hi <= lo for lo, hi in part.values()):
             return
-        lhs = target(*indices) if shape else target.name
+        lhs = target(*indices) if target.rank else target.name
         if any(hi <= lo for lo, hi in ranges.values() if isinstance(hi, int)):
             if not op.endswith("!"):
                 return
@@ -248,9 +246,8 @@ class Ctx:
                 info = np.iinfo(target.dtype) if target.dtype.kind in "iu" else None
                 init = (info.min if init < 0 else info.max) if info else bool(init > 0)
             rhs, op, ranges = literal(init, target.dtype), "=", {}
-        where = [f"{i} in {lo}:{hi}" for i, (lo, hi) in
-                 ((i, part.get(i) or (0, d)) for i, d in zip(indices, shape))
-                 if isinstance(i, str) and i.isidentifier()]
+        where = [f"{i} in {part.get(i, (0, d))[0]}:{part.get(i, (0, d))[1]}"
+                 for i, d in zip(indices, target.shape) if isinstance(i, str) and i.isidentifier()]
         where += [f"{i} in {lo}:{hi}" for i, (lo, hi) in ranges.items()]
         text = f"{lhs} {op} {rhs}"
         if where:
