@@ -232,13 +232,49 @@ def test_strided_pooling_of_a_small_plane_reads_split_phases(stride):
     from polytc import onnx as ponnx
 
     x = rnd(2, 3, 15, 17)
-    for op in ("MaxPool", "AveragePool"):
-        m, feeds = _model(op, [x], {"kernel_shape": [3, 3], "strides": [stride, stride],
-                                    "pads": [1, 1, 1, 1]}, None, 1, OPSET)
-        (plan,) = ponnx.compile(m)._plans.values()
-        (text,) = plan.texts.values()
-        assert f"k1 % {stride}, i3 + k1 / {stride})" in text
-        compare(m, feeds, 1e-5, 1e-5, True)
+    m, feeds = _model("AveragePool", [x], {"kernel_shape": [3, 3],
+                                           "strides": [stride, stride],
+                                           "pads": [1, 1, 1, 1]}, None, 1, OPSET)
+    (plan,) = ponnx.compile(m)._plans.values()
+    (text,) = plan.texts.values()
+    assert f"k1 % {stride}, i3 + k1 / {stride})" in text
+    compare(m, feeds, 1e-5, 1e-5, True)
+
+
+@pytest.mark.parametrize("shape,attrs", [
+    ((2, 3, 15, 17), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 3, 15, 17), {"kernel_shape": [3, 3], "strides": [3, 3], "pads": [1, 1, 1, 1]}),
+    ((1, 5, 27, 27), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ((1, 4, 28, 28), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1,
+                      "pads": [0, 0, 1, 1]}),
+    ((1, 3, 13, 14), {"kernel_shape": [3, 2], "strides": [2, 2], "dilations": [1, 2],
+                      "pads": [1, 0, 1, 1]}),
+    ((2, 3, 29), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+])
+def test_small_max_pooling_computes_rows_of_whole_vectors(shape, attrs, monkeypatch):
+    """A max pooling whose output rows end in a partial vector, over a padded copy of a
+    small plane, computes its rows as whole vectors over a copy padded as far as they
+    read, then cuts the result from them: the same values as the rows computed as they
+    are, NaN (propagated) and -inf included."""
+    from polytc import onnx as ponnx
+    from polytc.graph.ops import pool
+    from polytc.machine import host
+
+    x = rnd(*shape)
+    x.flat[::7] = -np.inf
+    m, feeds = _model("MaxPool", [x], attrs, None, 1, OPSET)
+    (plan,) = ponnx.compile(m)._plans.values()
+    (text,) = plan.texts.values()
+    window = next(line for line in text.splitlines() if "max=!" in line)
+    (y,) = compare(m, feeds, 0, 0, True)
+    lanes = host().lanes(4)
+    wide = -(-y.shape[-1] // lanes) * lanes
+    assert f"i{len(shape) - 1} in 0:{wide}" in window and "?" not in window
+    x.flat[4] = np.nan  # (read by every window geometry above)
+    new = ponnx.compile(m).run(None, feeds)[0]
+    monkeypatch.setattr(pool, "_lane_rounded", lambda x, geo: None)
+    np.testing.assert_array_equal(new, ponnx.compile(m).run(None, feeds)[0])
+    assert np.isnan(new).any()
 
 
 @pytest.mark.parametrize("include", [0, 1])

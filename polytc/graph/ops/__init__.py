@@ -13,7 +13,7 @@ Shapes are concrete here: a model compiles once per distinct set of input shapes
 from __future__ import annotations
 
 # importing the op modules registers their lowerings
-from . import (blocked, deconv, elementwise, indexing, movement, nn, quant, reduce,  # noqa: F401
-               resize, rnn, sample, scan, spectral, words)
+from . import (blocked, deconv, elementwise, indexing, movement, nn, pool, quant,  # noqa: F401
+               reduce, resize, rnn, sample, scan, spectral, words)
 from .registry import (KINDS, REGISTRY, Ctx, Lowered, Ref, broadcast_shapes,  # noqa: F401
                        equal, idx, literal, lower, op, supported, tc_type)

@@ -15,7 +15,8 @@ register tiles' lanes run over ``c_out``, contiguous in the weights and the resu
 """
 from __future__ import annotations
 
-from .nn import _divide_by_count, _guard, _padded, _positions, _window
+from .nn import _padded, _positions, _window
+from .pool import _divide_by_count, _guard
 from .registry import idx, literal, op
 
 
