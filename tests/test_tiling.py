@@ -1141,6 +1141,10 @@ def test_strided_sizes():
     # enough accumulators before whole row tiles where a partial one is one of many:
     # 55 rows as 8 x 2 vectors (7 tiles and a partial), not 11 x 1 or 5 x 2
     assert _strided_sizes(default, 55, 64, 144, 16, 2).register == (8, 32)
+    # the budget is the machine's accumulators, not the default register tile's: fitted
+    # to 55 rows (5 x 4 vectors, 20 accumulators), 8 x 2 still (had been 11 x 1)
+    assert _strided_sizes(Sizes((55, 64, 16), (5, 64)), 55, 64, 16, 16, 2, 9).register == \
+        (8, 32)
     # a partial tile among few stays out (a 512 -> 10 product over 10 rows: 10 x 1)
     assert _strided_sizes(default, 10, 64, 512, 16, 2).register[0] == 10
     # with L2's size: a matrix product's reduction tile as deep as a quarter of L2

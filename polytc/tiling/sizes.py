@@ -23,7 +23,11 @@ FEW_ROWS = 32
 def accumulators(m: Machine) -> int:
     """The vector registers a register tile's accumulators may take: 24 of 32 (AVX-512),
     12 of 16 (AVX2: 8 rows of 2 vectors spilled, mlp2 3.60 -> 2.36 ms as 6 x 2)."""
-    return 24 if m.vector_registers >= 32 else 12
+    return _accumulators(m.vector_registers)
+
+
+def _accumulators(registers: int) -> int:
+    return 24 if registers >= 32 else 12
 
 
 def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
@@ -305,8 +309,13 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
     """Sizes for a register tile whose lanes run over a strided index of the result (see
     ``Tiler.contraction``): ``i`` is short (an image row of 7, 14 or 28), so it is one
     cache tile, the cores share the ``j`` tiles instead (each packs its own part of the
-    operand), and ``MR`` and ``NR`` are chosen together, within the accumulator budget
-    of the default register tile (see the key below).  ``Tk`` of a matrix product
+    operand), and ``MR`` and ``NR`` are chosen together, within the machine's budget of
+    accumulators (``accumulators``; see the key below; the default register tile's
+    own count had stood for it, and its rows fitted to 55 rows, 5 x 4 vectors, had cut
+    the budget to 20: SqueezeNet's 55 x 55 3x3 convolutions ran as 11 x 1 vectors
+    instead of 8 x 2, 131.6 -> 122.7 us, its 27 x 27 ones as 9 x 1 instead of 9 x 2,
+    122.4 -> 114.6 us; the model 0.976-0.990x at batch 1, 0.968-0.993x at 64, in-process
+    A/B, no other model's code changed).  ``Tk`` of a matrix product
     (``rest``, the other reduction loops' iterations, is 1) is as deep as a quarter
     of L2 (``l2``) holds the packed panel (``Tk x NR``): each reduction tile loads and
     stores the accumulators element by element, with the result's stride
@@ -316,7 +325,7 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
     convolution)."""
     mr0, nr0 = sz.register
     most = max(1, nr0 // lanes)
-    budget = mr0 * most
+    budget = _accumulators(registers)
     share = -(-ext_j // cores)
     # the most accumulators any candidate has: below half the budget a register tile
     # is latency-bound (512 -> 1000 channels of 13 x 13 with 1 x 48 ran at 90 GFLOP/s)
