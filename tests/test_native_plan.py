@@ -107,18 +107,20 @@ def test_unaligned_and_read_only_feeds():
 
 @pytest.mark.parametrize("dtype,fill", [(np.float32, -np.inf), (np.float64, np.nan),
                                         (np.int64, -1), (np.int32, 7), (np.float32, 0.0),
-                                        (np.uint8, 1)])
-def test_fill_writes_the_exact_value(dtype, fill):
-    """The executor's FILL: ``count`` elements of the value, bit-exact, nothing after."""
-    a = np.full(38, 5, dtype)
+                                        (np.uint8, 1), (np.float16, -np.inf)])
+@pytest.mark.parametrize("count", [1, 7, 37, 1001])
+def test_fill_writes_the_exact_value(dtype, fill, count):
+    """The executor's FILL: ``count`` elements of the value, bit-exact, nothing after
+    (whole 32-byte stores, then the rest)."""
+    a = np.full(count + 1, 5, dtype)
     p = ffi.new("void *[]", [ffi.from_buffer(a)])
     width, word = fill_word(np.dtype(dtype), fill)
-    prog = np.array([0, FILL, 0, 0, 37, width, word], np.int64)
+    prog = np.array([0, FILL, 0, 0, count, width, word], np.int64)
     step = ffi.new("int *")
     assert executor()(ffi.from_buffer("int64_t[]", prog), len(prog), ffi.NULL, p, step,
                       ffi.NULL) == 0
-    want = np.full(37, fill, dtype)
-    assert a[:37].tobytes() == want.tobytes() and a[37] == 5
+    want = np.full(count, fill, dtype)
+    assert a[:count].tobytes() == want.tobytes() and a[count] == 5
 
 
 def test_identical_groups_compile_once():
