@@ -323,6 +323,27 @@ def layer(float(B,K) X, float(K,N) W, float(N) b) -> (Y) {
         assert f"cache {rows}x" in str(ck.explain()) and "omp parallel" in ck.code
 
 
+@pytest.mark.parametrize("rows", [7, 9, 10, 11, 12])
+def test_a_few_more_rows_than_a_register_tile_read_the_operand_once(rows):
+    """7 to 12 rows over an operand read where it lies (not packed: every pass streams
+    it from L2): one register tile of all the rows, two vectors wide, where 6 x 4
+    vectors took two passes (6 + 1, 6 + 6); 8 rows keep 8 x 3 vectors, 6 and 13 rows
+    6 x 4.  Checked against the reference interpreter."""
+    from polytc.machine import Machine, host
+    from polytc.tiling.sizes import choose_sizes
+
+    two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
+    assert choose_sizes(rows, 512, 512, 4, two).register == (rows, 32)
+    assert choose_sizes(8, 512, 512, 4, two).register == (8, 48)
+    assert choose_sizes(13, 512, 512, 4, two).register == (6, 64)
+    avx2 = Machine(48 << 10, 2 << 20, 32 << 20, 32, 16, 2)  # (16 registers: unchanged)
+    assert choose_sizes(rows, 512, 512, 4, avx2).register[0] <= 6
+    ck = check("def mm(float(M,K) A, float(K,N) B) -> (C) { C(i, j) +=! A(i, k) * B(k, j) }",
+               [(rows, 512), (512, 512)], polytc.Options(), rtol=1e-4, atol=1e-4)
+    if host().vector_registers >= 32 and host().vector_bytes == 64:
+        assert f"register tiles {rows}x32" in str(ck.explain())
+
+
 def test_rows_that_do_not_balance_leave_the_cores_the_columns():
     """40 rows (a pointwise convolution's output channels) in register tiles of 8 split
     16 + 16 + 8 among 2 cores: one tile of rows, and the 729 columns (pixels) in tiles

@@ -183,6 +183,13 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         # accumulators (SqueezeNet's squeezes at batch 1 13-26% faster, e.g. 128 -> 16
         # over 55 x 55 36 -> 27 us; at batch 64 5-9%)
         mr, nr = 8, 3 * lanes
+    elif mr < ext_i <= acc // 2 and ext_i % 8 and nr == 4 * lanes:
+        # a few more rows than a register tile's, over an operand read where it lies
+        # (``pack.streamed``: every pass over it streams it from L2): all of them in one
+        # register tile of two vectors, one pass, not 6 + 1 or 6 + 6 (M x 512 x 512 at
+        # 7, 9, 10, 11, 12 rows 0.90, 0.87, 0.86, 0.96, 0.94x the time; M x 1024 x 256 at
+        # 7 and 10 0.78 and 0.91x; in-process A/B)
+        mr, nr = ext_i, 2 * lanes
     # the unpacked operand's Tk x Tj block in half of L2 (it was an eighth: SqueezeNet's
     # 512 -> 1000 classifier on 13 x 13, three reduction tiles of 170 -> one of 512:
     # 0.445 -> 0.391 ms; its 1x1 expand convolutions 5-13%, ShuffleNet's last 10%), a
