@@ -58,6 +58,12 @@ class Options:
     #: (``CompiledKernel.prepack``, which ``polytc.onnx`` calls when it makes a plan)
     #: instead of at every call; a call given no packed copy packs it itself (C target)
     constants: tuple = ()
+    #: inputs (by name) that every call passes 64-byte aligned (a model's intermediate
+    #: values in its arena, and its weights): vector loops reading only such inputs are
+    #: emitted once, not also at half width for unaligned arrays
+    #: (``codegen_c/aligned.py``); an input passed unaligned all the same is read
+    #: correctly, its loads straddling cache lines
+    aligned: tuple = ()
     #: sizes (by name) that stay isl parameters: one compiled kernel serves every value
     #: of them (the others are specialised to the call's values; see docs/dynamic.md).
     #: A kernel's size policy (``polytc.tc(..., dynamic=...)``) fills it
@@ -103,6 +109,10 @@ class Options:
             raise OptionsError("constants must be a sequence of input names, "
                                f"got the string {self.constants!r}")
         object.__setattr__(self, "constants", tuple(sorted(set(self.constants))))
+        if isinstance(self.aligned, str):
+            raise OptionsError("aligned must be a sequence of input names, "
+                               f"got the string {self.aligned!r}")
+        object.__setattr__(self, "aligned", tuple(sorted(set(self.aligned))))
         if isinstance(self.symbolic, str) or not all(isinstance(n, str) for n in self.symbolic):
             raise OptionsError(f"symbolic must be a sequence of size names, got "
                                f"{self.symbolic!r}")

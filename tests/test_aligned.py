@@ -59,6 +59,45 @@ def test_loops_reading_inputs_are_versioned():
     assert code.count("pt_l_xc[(long)((c1))] * pt_l_xc[(long)((c1))]") == 1
 
 
+def test_inputs_declared_aligned_are_not_versioned():
+    """``Options.aligned``: loops reading only inputs every call passes aligned are
+    emitted once; the others keep both versions.  Unaligned arrays passed all the same
+    still give the right result."""
+    X = np.ones((64, 256), np.float32)
+    k = polytc.tc(LAYERNORM, options=polytc.Options(aligned=("X",)))
+    code = k.specialize(X, X[0], X[0]).code
+    if host().lanes(4) >= 16:
+        assert "(uintptr_t)X)" not in code
+        assert "(((uintptr_t)gamma | (uintptr_t)beta) & 63) == 0" in code
+    Xr = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+    g, b = np.linspace(0.5, 1.5, 256, dtype=np.float32), np.zeros(256, np.float32)
+    np.testing.assert_allclose(k(placed(Xr, 16), g, b), _layernorm(Xr, g, b),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(polytc.OptionsError, match="aligned must be a sequence"):
+        polytc.Options(aligned="X")
+
+
+def test_a_models_own_buffers_are_not_versioned():
+    """A model's groups read its intermediate values (the arena's aligned buffers, and
+    reshapes of them) and its weights aligned: their loops are not versioned; a group
+    reading the model's input keeps both versions; identical groups, one reading the
+    input and one an intermediate, still share one kernel (with both versions)."""
+    from polytc.graph import examples as ex
+
+    m = ex.transformer_layer(1, 16, 256, 4, 512)  # (its layer norms and softmax were
+    sess = polytc.onnx.compile(m)  # versioned: 13 loops in three groups)
+    (plan,) = sess._plans.values()
+    groups = [s for s in plan.steps if hasattr(s, "stmts")]
+    if host().lanes(4) >= 16:
+        for s in groups:
+            if not any(v in sess.graph.inputs for v in s.inputs):
+                assert "uintptr_t" not in plan.kernels[s.name].code, s.name
+    feeds = ex.example_inputs(m, seed=1)
+    np.testing.assert_allclose(sess.run(None, feeds)[0],
+                               polytc.onnx.compile(m, native=False).run(None, feeds)[0],
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_vector_math_loops_are_not_versioned():
     X = np.ones((64, 256), np.float32)
     code = polytc.tc(SOFTMAX).specialize(X).code

@@ -49,7 +49,8 @@ class C(Backend):
                           b.options.vectorize, decisions, b.options.reciprocal,
                           parallel_sum=_parallel_sum(b.options), parallel_if=_parallel_if(b),
                           team=threads(b.options.num_threads),
-                          band_points=b.options.parallel_min_points >> BAND_SHIFT)
+                          band_points=b.options.parallel_min_points >> BAND_SHIFT,
+                          aligned=b.options.aligned)
             code = em.function(b.ast, FUNCTION_NAME, b.fills)
             if not em.escaped:
                 break

@@ -8,7 +8,9 @@ other line.  A vectorised loop that reads the kernel's inputs is therefore emitt
 as it is when all those inputs start on a 64-byte boundary, and with ``simdlen`` half the
 register's lanes otherwise (at offset 16: the layer norm 1.37 -> 0.88 ms, the
 matrix-vector product 2.26 -> 1.75 ms; aligned unchanged).  polytc's own buffers
-(outputs, temporaries, a model's arena) are aligned.
+(outputs, temporaries, a model's arena) are aligned: inputs the caller declares aligned
+(``Options.aligned``, which a model's plan sets for its arena's values and weights) are
+left out of the test, and a loop reading only such inputs is emitted once.
 
 Not versioned: loops calling a vector math function (``expf`` costs more at half width
 than the straddling loads) or choosing between values (``?``: a padding copy, a

@@ -57,8 +57,10 @@ class CEmitter:
 
     def __init__(self, scop, num_threads=None, vectorize=True, decisions=(), reciprocal=False,
                  parallel_sum: int | None = None, parallel_if: str = "", team: int = 1,
-                 band_points: int = 0):
+                 band_points: int = 0, aligned=()):
         self.scop = scop
+        #: inputs every call passes 64-byte aligned (``Options.aligned``): not versioned
+        self.aligned = frozenset(aligned)
         #: the instances a parallel loop's statements need to fork, where its count is
         #: symbolic (``forked``; ``poly.schedule.BAND_SHIFT`` for fixed sizes)
         self.band_points = band_points
@@ -464,8 +466,8 @@ class CEmitter:
             return stmts  # not on a GPU, nor in one pass over a matrix for two
             # statements: a row's reads come from L1 the second time, and full width
             # paid there (atax on 2 threads at offset 16: 0.21 -> 0.15 ms)
-        return by_alignment(stmts, [t.name for t in self.scop.program.inputs],
-                            self.lanes(4))
+        return by_alignment(stmts, [t.name for t in self.scop.program.inputs
+                                    if t.name not in self.aligned], self.lanes(4))
 
     def simd_loop(self, header, body) -> list:
         """A loop the C compiler should vectorise."""

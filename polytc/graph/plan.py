@@ -71,14 +71,21 @@ class Plan:
         t0 = time.perf_counter()
         groups = [s for s in self.steps if isinstance(s, Group)]
         consts = self.bound.graph.constants
+        aligned = _aligned_values(self.steps, self.outputs, self.bound.refs) | set(consts)
         canon, unique = {}, {}  # group -> its key -> the first group with it
         self._generaliser, self._generic = generaliser, generic if generic is not None else {}
+        common: dict = {}  # (text, weights) -> the inputs aligned in every such group
         for s in groups:
             self.texts[s.name] = s.text(self.bound.refs)
             # the canonical text, and which of its inputs are weights (packed once)
             canon[s.name] = (canonical(self.texts[s.name]),
                              tuple(k for k, v in enumerate(s.inputs) if v in consts))
-            unique.setdefault(canon[s.name], s)
+            ours = {k for k, v in enumerate(s.inputs) if v in aligned}
+            common[canon[s.name]] = common.get(canon[s.name], ours) & ours
+        for s in groups:  # and which are 64-byte aligned at every run (``Options.aligned``)
+            text, weights = canon[s.name]  # in each group of that text: identical groups
+            canon[s.name] = (text, (weights, tuple(sorted(common[text, weights]))))  # share
+            unique.setdefault(canon[s.name], s)  # one kernel
         # identical groups compile once; the isl part of each compile runs under a
         # lock, gcc runs in parallel; the longest builds first (the groups with the most
         # contractions, then the longest texts), so that short ones fill the last gaps
@@ -138,9 +145,9 @@ class Plan:
             self.driver = Driver(self)
             self.timings["driver"] = time.perf_counter() - t0
 
-    def _compile(self, group: Group, text: str, options, weights=()):
+    def _compile(self, group: Group, text: str, options, weights=((), ())):
         """The kernel of ``group``, whose program is ``text`` (``canonical``) and whose
-        inputs at the positions ``weights`` are constants."""
+        inputs at the positions ``weights[0]`` are constants (``weights[1]``: aligned)."""
         try:
             refs = self.bound.refs
             if any(refs[v].size * refs[v].dtype.itemsize >= 1 << 62 for v in group.inputs):
@@ -463,10 +470,33 @@ def _program(name: str, text: str):
 
 
 def _weights(options, program, weights):
-    """``options`` with the program's inputs at the positions ``weights`` constant."""
-    if not weights:
+    """``options`` with the program's inputs at the positions ``weights[0]`` constant
+    and those at ``weights[1]`` aligned."""
+    consts, aligned = weights
+    if not consts and not aligned:
         return options
-    return options.replace(constants=tuple(program.inputs[k].name for k in weights))
+    return options.replace(constants=tuple(program.inputs[k].name for k in consts),
+                           aligned=tuple(program.inputs[k].name for k in aligned))
+
+
+def _aligned_values(steps, outputs, refs) -> set:
+    """The values a group writes into the arena at a 64-byte boundary (its buffers are
+    aligned), and views of them (reshapes: the same start): not the model's outputs and
+    what they view (the caller may hand their arrays: ``out=``), nor the parts of an
+    in-place concatenation that start off a boundary."""
+    fresh = set(outputs)
+    for s in reversed(steps):
+        if isinstance(s, View) and s.value in fresh:
+            fresh.add(s.source)
+    out = {v for s in steps if isinstance(s, Group) for v in s.outputs}
+    out.update(s.value for s in steps if isinstance(s, Join))
+    out.difference_update(v for s in steps if isinstance(s, Join)
+                          for v, at in zip(s.sources, s.offsets)
+                          if at * refs[v].dtype.itemsize % 64)
+    for s in steps:
+        if isinstance(s, View) and s.source in out:
+            out.add(s.value)
+    return out - fresh
 
 
 def _reads(step) -> list:
