@@ -294,6 +294,17 @@ def _inside(pos, lo, hi, lo_needed=True, hi_needed=True) -> list:
     return out
 
 
+def _reach(geo) -> list:
+    """The extent of the input (padded) that the windows span, per spatial dimension."""
+    kernel, strides, dil, begin, out = geo
+    return [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, strides, dil, kernel)]
+
+
+def _in_place(x, geo) -> bool:
+    """Whether every window lies inside ``x`` (no padded copy is needed)."""
+    return not any(geo[3]) and all(n <= e for n, e in zip(_reach(geo), x.shape[2:]))
+
+
 def _padded(ctx, x, geo, fill, fill_first=False):
     """The input of a sliding window and the begin pads to read it with: ``x`` itself
     when no window leaves it, else a copy padded with ``fill`` to the extent the windows
@@ -303,8 +314,8 @@ def _padded(ctx, x, geo, fill, fill_first=False):
     dimensions follow the first two; a blocked image's lanes after them stay whole."""
     kernel, strides, dil, begin, out = geo
     nd = len(kernel)
-    need = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, strides, dil, kernel)]
-    if not any(begin) and all(n <= e for n, e in zip(need, x.shape[2:])):
+    need = _reach(geo)
+    if _in_place(x, geo):
         return x, begin
     p = ctx.temp((*x.shape[:2], *need, *x.shape[2 + nd:]), x.dtype)
     first = len(ctx.result.stmts)

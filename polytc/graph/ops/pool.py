@@ -8,9 +8,10 @@ import math
 
 import numpy as np
 
-from .nn import (_float_only, _inside, _numeric, _padded, _positions, _scaled,
-                 _small_plane, _split_read, _window)
+from .nn import (_float_only, _in_place, _inside, _numeric, _padded, _positions, _reach,
+                 _scaled, _small_plane, _split_read, _window)
 from .registry import equal, idx, literal, op, tc_type
+
 
 def _pool_setup(ctx):
     """Output, indices, kernel ranges and window geometry of a pooling node.  (The
@@ -42,10 +43,6 @@ def _window_read(ctx, x, i, geo, fill, fill_first=False):
         return _split_read(ctx, x, geo, fill, fill_first)
     src, offset = _padded(ctx, x, geo, fill, fill_first)
     return src(i[0], i[1], *_positions(strides, dil, offset, nd))
-
-
-
-
 
 
 def _guard(x, geo, pos) -> list:
@@ -102,8 +99,8 @@ def _lane_rounded(x, geo) -> int | None:
     lanes = host().lanes(x.dtype.itemsize)
     if lanes < 2 or out[-1] % lanes == 0:
         return None
-    need = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, strides, dil, kernel)]
-    copied = any(begin) or any(n > e for n, e in zip(need, x.shape[2:])) or (
+    need = _reach(geo)
+    copied = not _in_place(x, geo) or (
         strides[-1] > 1 and dil[-1] == 1 and out[-1] > 1 and _small_plane(x, geo))
     wide = -(-out[-1] // lanes) * lanes
     need[-1] += (wide - out[-1]) * strides[-1]

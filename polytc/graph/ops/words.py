@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nn import _inside, _kernel, _positions, _window
+from .nn import _inside, _kernel, _positions, _reach, _window
 from .registry import idx, op
 
 
@@ -68,7 +68,7 @@ def _conv_words(ctx):
     ctx.result.kind = "contraction"
     if y.size == 0:
         return
-    need = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, strides, dil, kernel)]
+    need = _reach((kernel, strides, dil, begin, out))
     p = ctx.temp((N, C4, *need), np.int32)
     pi = idx(x.rank)
     zero = "0" if z is None else f"int32({z(*[0] * z.rank) if z.rank else z.name})"
