@@ -28,6 +28,7 @@ from .codegen_c.chains import CHAINS, interleaved
 from .codegen_c.compiler import vectorizer_report
 from .compiler import pipeline
 from .tiling.extents import GENERIC, statement_points
+from .codegen_c.fewrows import bounds
 from .diagnostics import ScheduleError
 from .poly import handsched as H
 from .poly import legality as L
@@ -481,6 +482,15 @@ class _Explainer:
                 self.say("vectorize", f"{self.label(entry.subject)}: its innermost loop is a "
                          "reduction into one element, accumulated in a register (a "
                          "vectorised reduction for + and *).", str(entry))
+        if self.b.few is not None:
+            least, most = bounds(self.b)
+            few = next(d for d in self.b.few.tiling if d.kind == "contraction")
+            self.say("tiling", f"From {least + 1} to {most} rows the kernel runs a second "
+                     "tiling of the same loops, chosen at run time: register tiles of "
+                     f"{'x'.join(map(str, few.facts['register']))}, all its rows in one "
+                     "pass over the operand it reads where it lies, instead of a tile of "
+                     f"{least} rows and a partial one after it (codegen_c/fewrows.py; switch "
+                     "off with Options(disable=('few_rows',))).", str(few))
         if not any(e.kind in ("contraction", "transpose") for e in self.b.tiling):
             split = any(e.kind == "split" for e in self.b.tiling)
             why = ("your hand schedule decides the tiles" if o.schedule else

@@ -260,6 +260,38 @@ def nt(float(M,K) A, float(N,K) B) -> (C) {
     assert "<= 32L" not in nt.specialize(f32(40, 96), f32(600, 96)).code
 
 
+def test_a_few_rows_run_a_second_tiling(no_compile):
+    """From one register tile of rows to twice as many, a generic GEMM that reads its
+    operand where it lies runs a second tiling of the same loops, all its rows in one
+    register tile (``codegen_c/fewrows.py``), chosen at run time: every row count on both
+    sides of its bounds, over columns that end in a partial tile and vector, computes
+    the product; explain() says so; the pass can be switched off."""
+    mm = polytc.tc(MATMUL, dynamic=("M",))
+    B = f32(75, 600)  # (600: 9 tiles of 64 columns and a partial one of 24)
+    ck = mm.specialize(f32(40, 75), B)
+    found = re.search(r"if \(\(M\) > (\d+)L && \(M\) <= (\d+)L\)", ck.code)
+    if host().vector_registers < 32:  # (AVX2: the tile is 6 x 2 vectors already)
+        assert found is None and "few_rows" not in ck.stages
+        return
+    assert found, ck.code
+    least, most = int(found[1]), int(found[2])
+    assert (least, most) == (6, 12) and "register 12x32x1" in ck.stages["few_rows"]
+    assert "second tiling" in str(ck.explain(vectorizer=False))
+    no_compile()
+    for m in range(1, 2 * most + 2):
+        A = f32(m, 75)
+        np.testing.assert_allclose(mm(A, B), A @ B, rtol=1e-4, atol=1e-3, err_msg=str(m))
+
+
+def test_the_few_rows_variant_needs_an_operand_packed_at_every_call():
+    """No variant where the operand is a constant packed once (a model's weights: the
+    generic kernel packs it for every row count), nor when switched off."""
+    x = f32(40, 96)
+    for options in (polytc.Options(constants=("B",)), polytc.Options(disable=("few_rows",))):
+        ck = polytc.tc(MATMUL, dynamic=("M",), options=options).specialize(x, f32(96, 600))
+        assert "few_rows" not in ck.stages and "&& (M) <= 12L" not in ck.code
+
+
 def _projections(counts) -> str:
     """A 128 -> 64 product and ReLU over ``counts`` rows by one kernel with the rows
     symbolic, each checked against numpy; the code at the first count."""

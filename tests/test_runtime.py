@@ -199,7 +199,7 @@ def test_fusion_strategies_agree(fusion):
 def test_passes_are_named_and_can_be_switched_off():
     assert pipeline.NAMES == ("source", "scop", "dependences", "initial_values", "schedule",
                               "fuse_outer", "serial_reductions", "tile", "fold",
-                              "parallel", "contract", "map", "ast", "codegen")
+                              "parallel", "contract", "map", "ast", "few_rows", "codegen")
     mm = polytc.tc(MM, options=polytc.Options(disable=("schedule", "parallel")))
     A, B = rand(64, 64), rand(64, 64)
     ck = mm.specialize(A, B)

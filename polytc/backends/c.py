@@ -8,6 +8,7 @@ from ..codegen_c.compiler import build_facts, build_shared_object, warm_probes
 from ..codegen_c.emit import CEmitter
 from ..codegen_c.pack import packs_of
 from ..tiling.extents import least_symbolic, statement_points
+from ..codegen_c.fewrows import bounds
 from ..lang import program as P
 from ..machine import threads
 from ..poly.schedule import BAND_SHIFT
@@ -51,7 +52,9 @@ class C(Backend):
                           team=threads(b.options.num_threads),
                           band_points=b.options.parallel_min_points >> BAND_SHIFT,
                           aligned=b.options.aligned)
-            code = em.function(b.ast, FUNCTION_NAME, b.fills)
+            few = bounds(b)
+            code = em.function(b.ast, FUNCTION_NAME, b.fills,
+                               few and (b.few.tiling, b.few.ast, few))
             if not em.escaped:
                 break
             # a contracted temporary that isl's AST reads outside its parallel loop

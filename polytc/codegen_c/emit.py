@@ -80,14 +80,14 @@ class CEmitter:
         #: tensor) that its threads share (``CEmitter.shared_sum``); None: never
         self.parallel_sum = parallel_sum
         self.reciprocal = reciprocal  # see ExprPrinter.varying
-        self.packs = packs_of(decisions, scop)  # copy statement -> Packed
-        self.folds = folds_of(decisions, scop)  # contraction -> its folded init/epilogue
-        self.packed: dict = {}  # statement -> {tensor: Packed}
-        for p in self.packs.values():
-            self.packed.setdefault(p.sst.name, {})[p.tensor] = p
+        self.decisions = decisions
+        self.adopt(decisions)
         #: the packs the code being emitted skips, reading the operand where it lies
         #: (too few rows for the copy to pay: ``pack.direct_below``)
         self.direct: set = set()
+        #: rows that a partial register tile of the code being emitted has more of
+        #: (a few-rows variant's: ``promote.Promotion._counted``)
+        self.least_rows = 0
         self.iters: list = []  # iterators of the loops around the node being emitted
         self.helpers: list = []  # outlined parallel loop bodies
         prog = scop.program
@@ -477,6 +477,15 @@ class CEmitter:
         """An isl AST expression as C."""
         return isl_expr(e)
 
+    def adopt(self, decisions) -> None:
+        """Emit the code of the tiling that made ``decisions`` (``codegen_c/fewrows.py``: a
+        kernel's few-rows variant is another tiling of the same statements)."""
+        self.packs = packs_of(decisions, self.scop)  # copy statement -> Packed
+        self.folds = folds_of(decisions, self.scop)  # contraction -> its folded init/epilogue
+        self.packed: dict = {}  # statement -> {tensor: Packed}
+        for p in self.packs.values():
+            self.packed.setdefault(p.sst.name, {})[p.tensor] = p
+
     def for_header(self, n):
         it = n.for_get_iterator().id_get_id().get_name()
         init, cond = isl_expr(n.for_get_init()), _strip(isl_expr(n.for_get_cond()))
@@ -510,25 +519,38 @@ class CEmitter:
         p.aliases = self.aliases
         self.touched += [(t, self.outlining > 0) for t in p.locals]
 
-    def function(self, ast, fname: str, fills=None) -> str:
+    def function(self, ast, fname: str, fills=None, few=None) -> str:
         """The kernel: ``int fname(inputs..., outputs..., temporaries..., prepacked...)``
         (and the functions filling the prepacked operands, ``codegen_c/pack.py``).  The runtime
         owns the temporaries (scratch buffers reused across calls); those read before
         they are written (in ``fills``: name -> initial value) are filled first (the
-        runtime fills the outputs: ``out=`` arrays are initial values)."""
+        runtime fills the outputs: ``out=`` arrays are initial values).  ``few``: the
+        few-rows variant, ``(its decisions, its AST, (least, most))``, run for rows
+        beyond ``least`` and up to ``most`` (``codegen_c/fewrows.py``)."""
         prog = self.scop.program
         params = self.params
         body = [c.Statement("int err = 0")]
         for t in prog.temporaries:
             if t.name in (fills or {}) and t.name not in self.locals:
                 body += self.fill(t, fills[t.name])
+        variant, main = few, self.decisions
         few = direct_below(self.packs, self.scop) if self.scop.symbolic else None
         if few is None:
             body += self.node(ast)
         else:  # the same code reading the operand where it lies, for too few rows
             packed = self.node(ast)
             self.direct = few[1]
-            body.append(c.If(few[0], c.Block(self.node(ast)), c.Block(packed)))
+            direct = self.node(ast)
+            if variant is not None:  # (its own packs skipped too: it reads in place)
+                decisions, vast, (least, most) = variant
+                self.adopt(decisions)
+                self.direct, self.least_rows = set(self.packs), least
+                rows = few[2][0]
+                direct = [c.If(f"({rows}) > {least}L && ({rows}) <= {most}L",
+                               c.Block(self.node(vast)), c.Block(direct))]
+                self.adopt(main)
+                self.least_rows = 0
+            body.append(c.If(few[0], c.Block(direct), c.Block(packed)))
             self.direct = set()
         body.append(c.Statement("return err"))
         fn = c.FunctionBody(c.FunctionDeclaration(c.Value("int", fname),

@@ -198,14 +198,15 @@ def packs_of(decisions, scop) -> dict:
 
 
 def direct_below(packs: dict, scop) -> tuple | None:
-    """``(C condition, copy-statement names)``: in a kernel with symbolic sizes, the
+    """``(C condition, copy-statement names, rows)``: in a kernel with symbolic sizes, the
     run-time test that the rows which each element of an operand packed at every call
     serves are too few for the copy to pay (at most ``STREAM_ROWS``, as the tiler
     decides for known sizes: ``tiling.pack.streamed``), and the packs the code then
     skips, reading the operand where it lies; None where no pack's reuse is symbolic.
     Only operands read with unit stride along the lanes (a transposed one still needs
     its copy).  A GEMM of one row packed all of its 512 x 512 matrix for one pass over
-    it: 2.5x the specialised matrix-vector product; of 17 rows 1.6x."""
+    it: 2.5x the specialised matrix-vector product; of 17 rows 1.6x.  ``rows``: the C
+    expressions of those rows, one per distinct count."""
     names, rows = [], []
     for name, p in packs.items():
         jname = p.sst.vars[p.jvar]
@@ -224,7 +225,8 @@ def direct_below(packs: dict, scop) -> tuple | None:
         rows.append(" * ".join(e[0] for e in extents))
     if not names:
         return None
-    return " || ".join(f"({r}) <= {STREAM_ROWS}L" for r in dict.fromkeys(rows)), set(names)
+    rows = list(dict.fromkeys(rows))
+    return " || ".join(f"({r}) <= {STREAM_ROWS}L" for r in rows), set(names), rows
 
 
 def dim_extent(dom, d: int, context) -> tuple:

@@ -123,10 +123,16 @@ class Promotion:
 
     def _counted(self, items, it, lo: int, tests: list) -> None:
         """``counts`` for rows ``lo``, ``lo + 1``, ...: ``tests[k]`` holds when there are
-        exactly ``k + 1`` rows (the last count: otherwise)."""
+        exactly ``k + 1`` rows (the last count: otherwise).  In a few-rows variant
+        (``codegen_c/fewrows.py``) the partial tile has more than ``em.least_rows`` rows and
+        fewer than a whole tile's: only those counts."""
         if self.em.scop.symbolic:
+            least = self.em.least_rows
             self.counts = [(t, [r._replace(at={it: f"{v}L"}) for v in range(lo, lo + k + 1)
-                                for r in items]) for k, t in enumerate(tests)]
+                                for r in items]) for k, t in enumerate(tests)
+                           if k + 1 > least and (not least or k + 1 < len(tests))]
+            if least and self.counts:
+                self.counts[-1] = ("1", self.counts[-1][1])
 
     def _rows(self, mark, loops):
         """The rows of a register tile under a ``rows:<depth>:<MR>`` mark, unrolled: the

@@ -34,6 +34,10 @@ class Build:
     schedule: isl.Schedule | None = None
     isl_schedule: isl.Schedule | None = None  # the scheduler's (or hand) schedule, before tiling
     ast: isl.AstNode | None = None
+    #: the schedule the ``tile`` pass tiled (a variant tiles it again: ``few_rows``)
+    untiled: isl.Schedule | None = None
+    #: a second tiling of the kernel for a few rows, through ``ast`` (``p_few_rows``)
+    few: Any = None
     code: str = ""
     tiling: tuple = ()  # tiling.decisions.Decision per band the tiler changed
     launches: tuple = ()  # tiling.gpu.Launch per accelerator kernel

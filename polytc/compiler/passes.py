@@ -102,7 +102,7 @@ def p_tile(b: Build) -> Build:
                                  pack=b.backend.packing, validity=b.deps.validity,
                                  constants=b.options.constants if b.backend.prepacking else ())
     return b.stage("tiling", "\n".join(str(d) for d in decisions), schedule=s,
-                   tiling=tuple(decisions))
+                   tiling=tuple(decisions), untiled=current_schedule(b))
 
 
 def p_fold(b: Build) -> Build:

@@ -117,6 +117,16 @@ class Scop:
         """An isl set from ``{ ... }`` text over the symbolic sizes."""
         return isl.Set.read_from_str(self.ctx, self._params + text)
 
+    def within(self, size: str, least: int, most: int) -> "Scop":
+        """This scop where the symbolic ``size`` is beyond ``least`` and at most ``most``
+        (a variant of the code for those sizes: ``codegen_c/fewrows.py``)."""
+        import copy
+
+        out = copy.copy(self)
+        out.context = self.context.intersect(
+            self.read_set(f"{{ : {least} < {size} <= {most} }}"))
+        return out
+
     def read_map(self, text: str) -> isl.Map:
         return isl.Map.read_from_str(self.ctx, self._params + text)
 

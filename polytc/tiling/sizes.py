@@ -26,6 +26,11 @@ def accumulators(m: Machine) -> int:
     return _accumulators(m.vector_registers)
 
 
+def _vectors(m: Machine) -> int:
+    """The vectors across the default register tile: 4 with 32 registers, else 2."""
+    return 4 if m.vector_registers >= 32 else 2
+
+
 def _accumulators(registers: int) -> int:
     return 24 if registers >= 32 else 12
 
@@ -53,7 +58,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
     operand packed at every call is packed once, by the cores sharing the ``j`` tiles,
     rather than once per tile of rows by each core."""
     lanes = m.lanes(itemsize)
-    nvec = 4 if m.vector_registers >= 32 else 2
+    nvec = _vectors(m)
     acc = accumulators(m)
     nr = lanes * nvec
     mr = 6
@@ -241,7 +246,11 @@ def generic_rows(mr: int, nr: int, tk: int, ext_j: int, ext_k: int, itemsize: in
     part of it: fewer reduction tiles, each loading and storing the accumulators (a
     generic M x 512 x 512 product, Tk 128 -> 512: over the kernel made for M rows 1.13 ->
     0.86 at 64 rows, 1.14 -> 0.96 at 256, 1.09 -> 1.06 at 1000)."""
-    tj = max(nr, min(8 * nr, _round_up(-(-ext_j // m.cores), nr)))
+    # (8 panels of the widest register tile: as many columns for a narrower one, a few
+    # rows' variant, ``codegen_c/fewrows.py``, whose 784 columns in tiles of 256 had
+    # split 512 + 272)
+    widest = m.lanes(itemsize) * _vectors(m)
+    tj = max(nr, min(8 * max(nr, widest), _round_up(-(-ext_j // m.cores), nr)))
     if per_call:
         tk = _even(ext_k, min(ext_k, max(tk, (m.l2 // 2) // (itemsize * tj))))
     ti = mr * max(1, min(16, (m.l2 // 2) // (itemsize * tk * mr)))

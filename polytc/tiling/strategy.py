@@ -451,7 +451,9 @@ class Tiler:
             inner = inner.insert_mark(isl.Id(name, context=inner.get_ctx())).child(0)
             inner = inner.child(0)
         inner = T.mark(inner, "simd")
-        facts = {"order": order, "cache": cache, "register": reg, "_j": jname}
+        facts = {"order": order, "cache": cache, "register": reg, "_j": jname,
+                 "_mr": reg[len(outer)] if lead else None, "_nr": reg[p_red - 1],
+                 "_symrows": bool(lead and sym[len(outer)])}
         if whole:
             facts["rows"] = least
         if strided:
