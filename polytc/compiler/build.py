@@ -36,7 +36,7 @@ class Build:
     ast: isl.AstNode | None = None
     #: the schedule the ``tile`` pass tiled (a variant tiles it again: ``few_rows``)
     untiled: isl.Schedule | None = None
-    #: a second tiling of the kernel for a few rows, through ``ast`` (``p_few_rows``)
+    #: a second tiling of the kernel for a few rows, through ``ast`` (the ``few_rows`` pass)
     few: Any = None
     code: str = ""
     tiling: tuple = ()  # tiling.decisions.Decision per band the tiler changed

@@ -45,6 +45,23 @@ def _grid(b: Build) -> bool:
     return b.backend.grid
 
 
+def _few_rows(b: Build) -> Build:
+    """The ``few_rows`` pass (a pass here, as it runs passes): the kernel tiled again
+    for a few rows (``codegen_c/fewrows.py``), which its code runs for the rows beyond
+    one register tile's and up to the variant's (``codegen_c/emit.py``)."""
+    found = variant_tile(b)
+    if found is None:
+        return b
+    tile, rows, least = found  # (its AST for those rows only: simpler, and sooner made)
+    v = rerun(b.but(schedule=b.untiled, tiling=(), stages={}, timings={}, passes=(),
+                    scop=b.scop.within(rows, least, tile[0]),
+                    options=b.options.replace(register_tile=tile)), "tile", "ast")
+    if kept(v) != kept(b) or any(d.facts.get("_box") is not None for d in v.tiling) or \
+            not any(d.kind == "contraction" for d in v.tiling):
+        return b  # (its temporaries would differ from the kernel's: no variant)
+    return b.stage("few_rows", "\n".join(str(d) for d in v.tiling), few=v)
+
+
 #: the whole compiler after sema, in order
 PASSES = (
     Pass("source", ps.p_source, False, _always),
@@ -62,7 +79,7 @@ PASSES = (
     Pass("contract", ps.p_contract, True, lambda b: b.backend.contracting and ps.cpu_loops(b)),
     Pass("map", ps.p_map, False, _grid),
     Pass("ast", ps.p_ast, False, _always),
-    Pass("few_rows", lambda b: _few_rows(b), True, lambda b: b.backend.symbolic and
+    Pass("few_rows", _few_rows, True, lambda b: b.backend.symbolic and
          bool(b.scop.symbolic) and ps.cpu_loops(b)),
     Pass("codegen", ps.p_codegen, False, _always),
 )
@@ -91,7 +108,7 @@ def run(program: P.Program, env: dict, options: Options, target: str = "c",
 
 def rerun(b: Build, first: str, last: str) -> Build:
     """``b`` through the passes from ``first`` to ``last`` (those that apply): a
-    variant of a build (``passes.p_few_rows``)."""
+    variant of a build (``_few_rows``)."""
     on = False
     for p in PASSES:
         on = on or p.name == first
@@ -115,20 +132,3 @@ def _one(p: Pass, b: Build) -> Build:
         if stage not in before:
             config.log(2, f"--- stage {stage} ---\n{b.stages[stage]}")
     return b
-
-
-def _few_rows(b: Build) -> Build:
-    """The ``few_rows`` pass (a pass here, as it runs passes): the kernel tiled again
-    for a few rows (``codegen_c/fewrows.py``), which its code runs for the rows beyond
-    one register tile's and up to the variant's (``codegen_c/emit.py``)."""
-    found = variant_tile(b)
-    if found is None:
-        return b
-    tile, rows, least = found  # (its AST for those rows only: simpler, and sooner made)
-    v = rerun(b.but(schedule=b.untiled, tiling=(), stages={}, timings={}, passes=(),
-                    scop=b.scop.within(rows, least, tile[0]),
-                    options=b.options.replace(register_tile=tile)), "tile", "ast")
-    if kept(v) != kept(b) or any(d.facts.get("_box") is not None for d in v.tiling) or \
-            not any(d.kind == "contraction" for d in v.tiling):
-        return b  # (its temporaries would differ from the kernel's: no variant)
-    return b.stage("few_rows", "\n".join(str(d) for d in v.tiling), few=v)
