@@ -344,6 +344,20 @@ def test_a_few_more_rows_than_a_register_tile_read_the_operand_once(rows):
         assert f"register tiles {rows}x32" in str(ck.explain())
 
 
+def test_generic_rows_give_a_narrow_tile_the_columns_of_a_wide_one():
+    """A generic product's column tiles hold up to 8 panels of the widest register tile,
+    whatever its own width: the few-rows variant's 2-vector tiles (codegen_c/fewrows.py)
+    split 784 columns 416 + 368 between 2 cores, as the 4-vector tiles split them
+    448 + 336, not 256 + 256 + 256 + 16 (512 columns on one core, 272 on the other)."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import generic_rows
+
+    two = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    assert generic_rows(12, 32, 256, 784, 256, 4, two, per_call=True)[1] == 416
+    assert generic_rows(6, 64, 256, 784, 256, 4, two, per_call=True)[1] == 448
+    assert generic_rows(6, 64, 256, 4096, 256, 4, two)[1] == 512  # (8 panels at most)
+
+
 def test_rows_that_do_not_balance_leave_the_cores_the_columns():
     """40 rows (a pointwise convolution's output channels) in register tiles of 8 split
     16 + 16 + 8 among 2 cores: one tile of rows, and the 729 columns (pixels) in tiles

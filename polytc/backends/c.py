@@ -52,9 +52,9 @@ class C(Backend):
                           team=threads(b.options.num_threads),
                           band_points=b.options.parallel_min_points >> BAND_SHIFT,
                           aligned=b.options.aligned)
-            few = bounds(b)
+            rows = bounds(b)
             code = em.function(b.ast, FUNCTION_NAME, b.fills,
-                               few and (b.few.tiling, b.few.ast, few))
+                               rows and (b.few.tiling, b.few.ast, rows))
             if not em.escaped:
                 break
             # a contracted temporary that isl's AST reads outside its parallel loop

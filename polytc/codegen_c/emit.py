@@ -519,12 +519,12 @@ class CEmitter:
         p.aliases = self.aliases
         self.touched += [(t, self.outlining > 0) for t in p.locals]
 
-    def function(self, ast, fname: str, fills=None, few=None) -> str:
+    def function(self, ast, fname: str, fills=None, variant=None) -> str:
         """The kernel: ``int fname(inputs..., outputs..., temporaries..., prepacked...)``
         (and the functions filling the prepacked operands, ``codegen_c/pack.py``).  The runtime
         owns the temporaries (scratch buffers reused across calls); those read before
         they are written (in ``fills``: name -> initial value) are filled first (the
-        runtime fills the outputs: ``out=`` arrays are initial values).  ``few``: the
+        runtime fills the outputs: ``out=`` arrays are initial values).  ``variant``: the
         few-rows variant, ``(its decisions, its AST, (least, most))``, run for rows
         beyond ``least`` and up to ``most`` (``codegen_c/fewrows.py``)."""
         prog = self.scop.program
@@ -533,7 +533,7 @@ class CEmitter:
         for t in prog.temporaries:
             if t.name in (fills or {}) and t.name not in self.locals:
                 body += self.fill(t, fills[t.name])
-        variant, main = few, self.decisions
+        main = self.decisions
         few = direct_below(self.packs, self.scop) if self.scop.symbolic else None
         if few is None:
             body += self.node(ast)
