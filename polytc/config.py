@@ -21,6 +21,10 @@
                         sets 10000 before it loads libgomp unless this or
                         ``OMP_WAIT_POLICY`` is set (libgomp's default spins ~30x longer:
                         with a busy process on one core, BERT-2L ran 134 instead of 16 ms)
+``POLYTC_ARENA_HEADROOM`` MiB that a model with symbolic input dimensions faults into its
+                        arena beyond its first plan's need, up to 4 times that need, so
+                        that larger batches find their pages touched (default 64; ``0``
+                        none; graph/arena.py)
 ``POLYTC_NO_TUNING_CACHE`` ``1``: kernels created without options ignore the options
                         ``polytc.autotune`` stored (it still stores them)
 ``POLYTC_OPENCL_DEVICE`` the OpenCL device: an index or part of its name (default: the
@@ -124,6 +128,15 @@ def num_threads() -> int | None:
         return int(v) if v else None
     except ValueError:
         return None
+
+
+def arena_headroom(default: int = 64) -> int:
+    """``POLYTC_ARENA_HEADROOM`` in bytes (``default`` MiB when unset or not a number)."""
+    try:
+        mib = float(os.environ.get("POLYTC_ARENA_HEADROOM", default))
+    except ValueError:
+        mib = default
+    return max(0, int(mib * (1 << 20)))
 
 
 def adaptive_threads() -> bool:

@@ -287,7 +287,7 @@ def test_a_larger_plan_has_its_expected_pages_faulted_in_while_it_is_made(monkey
     largest plan's, in proportion, and begins to fault in their new pages on another
     CPU (``Arena.expect``); ``populate`` finishes them, and faults in what the guess
     missed: the run touches no new page either way.  No guess on one thread, nor for a
-    smaller plan."""
+    smaller plan.  (No headroom here: ``test_a_first_plan_faults_in_headroom``.)"""
     import resource
 
     from polytc import machine
@@ -297,6 +297,7 @@ def test_a_larger_plan_has_its_expected_pages_faulted_in_while_it_is_made(monkey
     if memory.reserve(1 << 20) is None:
         pytest.skip("no address space to reserve here")
     monkeypatch.setattr(machine, "threads", lambda: 2)
+    monkeypatch.setenv("POLYTC_ARENA_HEADROOM", "0")
     arena = Arena(grow=True)
     arena.expect(2)  # the first plan: nothing to guess from
     assert arena._job is None
@@ -320,6 +321,52 @@ def test_a_larger_plan_has_its_expected_pages_faulted_in_while_it_is_made(monkey
     arena.expect(3)  # smaller: its pages were touched before
     assert arena._job is None
     arena.finish()  # (nothing begun: nothing to do)
+
+
+@pytest.mark.skipif(not _linux_at_least(5, 14), reason="MADV_POPULATE_WRITE: Linux 5.14")
+def test_a_first_plan_faults_in_headroom(monkeypatch):
+    """The first plan of a shared arena faults in each reserved buffer up to
+    ``HEADROOM`` times its take, within ``POLYTC_ARENA_HEADROOM`` MiB in all (scaled
+    down alike): a larger batch then touches no new page and guesses none; the next
+    plans add none."""
+    import resource
+
+    from polytc import machine
+    from polytc.graph.arena import HEADROOM, Arena
+    from polytc.runtime import memory
+
+    if memory.reserve(1 << 20) is None:
+        pytest.skip("no address space to reserve here")
+    monkeypatch.setattr(machine, "threads", lambda: 2)
+    monkeypatch.setenv("POLYTC_ARENA_HEADROOM", "9")  # MiB: less than 3 x (2 + 1) MiB
+    arena = Arena(grow=True)
+    arena.expect(2)
+    bufs = [arena.take(0, 2 << 20), arena.take(1, 1 << 20)]
+    arena.populate()
+    assert HEADROOM == 4 and arena._used == {0: 8 << 20, 1: 4 << 20}  # 6 + 3 MiB more
+    arena.expect(6)  # three times as large: within the headroom
+    assert arena._job is None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    bufs = [arena.take(0, 6 << 20), arena.take(1, 3 << 20)]
+    assert arena._new == []
+    bufs[0][:6 << 20:4096] = 1
+    bufs[1][:3 << 20:4096] = 1
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 16
+    arena.populate()
+    assert arena._used == {0: 8 << 20, 1: 4 << 20}  # (the first plan's only)
+
+    monkeypatch.setenv("POLYTC_ARENA_HEADROOM", "3")  # scaled down alike: 2 and 1 MiB
+    arena = Arena(grow=True)
+    arena.expect(2)
+    arena.take(0, 2 << 20), arena.take(1, 1 << 20)
+    arena.populate()
+    assert arena._used == {0: 4 << 20, 1: 2 << 20}
+    monkeypatch.setenv("POLYTC_ARENA_HEADROOM", "0")
+    arena = Arena(grow=True)
+    arena.expect(2)
+    arena.take(0, 2 << 20)
+    arena.populate()
+    assert arena._used == {0: 2 << 20}
 
 
 def test_an_arena_without_room_to_reserve_grows_by_new_buffers(monkeypatch):

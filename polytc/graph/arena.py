@@ -3,12 +3,18 @@ aligned memory, shared by the plans of a model run at many batch sizes, whose ne
 are faulted in when a plan is made rather than at the first touches of its run."""
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
 
-from .. import machine
+from .. import config, machine
 from ..runtime.memory import huge_empty, populate, populate_finish, populate_start, reserve
+
+
+#: a buffer of a model with symbolic dimensions is faulted in up to this many times its
+#: first plan's take (``Arena._headroom``)
+HEADROOM = 4
 
 
 class Arena:
@@ -93,10 +99,40 @@ class Arena:
         what ``expect`` began."""
         self.finish()
         new, self._new = self._new, []
+        if self._largest is None and self._scale is not None:  # the first plan's
+            new += self._headroom()
         populate(new, machine.threads())
         if self._scale is not None and (self._largest is None or
                                         self._scale >= self._largest[0]):
             self._largest = (self._scale, dict(self._takes))
+
+    def _headroom(self) -> list:
+        """Ranges of the reserved buffers beyond the first plan's takes, to fault in with
+        them: each buffer up to ``HEADROOM`` times its take, all of them together within
+        ``POLYTC_ARENA_HEADROOM`` bytes (``config.arena_headroom``; scaled down alike)
+        and a 64th of the memory.  Faulted in while the model's first plan is made
+        (its compile takes seconds), they spare the first larger batches those faults
+        (a transformer layer's first batch of 17 after 8: 2300 pages, 1.5-2 ms of its
+        new batch's cost)."""
+        try:
+            budget = min(config.arena_headroom(),
+                         os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 64)
+        except (OSError, ValueError):
+            budget = 0
+        grow = {k: min(self._buffers[k].size, HEADROOM * used) - used
+                for k, used in self._used.items() if used}
+        total = sum(grow.values())
+        if budget <= 0 or total <= 0:
+            return []
+        ranges = []
+        for k, extra in grow.items():
+            extra = extra * min(budget, total) // total
+            extra -= extra % 4096
+            if extra > 0:
+                used = self._used[k]
+                ranges.append((self._buffers[k], used, used + extra))
+                self._used[k] = used + extra
+        return ranges
 
     def finish(self) -> None:
         """What ``expect`` began, done (the caller's threads join in)."""
