@@ -54,6 +54,13 @@ class Kernel:
 
     def __init__(self, program: P.Program, options: Options | None = None,
                  target: str = backends.DEFAULT, dynamic="auto"):
+        if not isinstance(program, P.Program):
+            raise PolytcError(f"polytc.Kernel takes a checked program, not a "
+                              f"{type(program).__name__}",
+                              hint="polytc.tc(text) makes the kernel of TC text")
+        if options is not None and not isinstance(options, Options):
+            raise PolytcError(f"options must be a polytc.Options, not a "
+                              f"{type(options).__name__}")
         self.program = program
         self.target = backends.check(target)
         self.backend = backends.get(self.target)

@@ -555,3 +555,16 @@ def test_caret_under_tab_indented_line():
     lines = str(e).splitlines()
     quoted, caret = lines[1].expandtabs(8), lines[2].expandtabs(8)
     assert quoted[caret.index("^")] == "B"
+
+
+def test_kernel_of_text_or_bad_options_is_refused():
+    """``polytc.Kernel`` takes a checked program: TC text there (``polytc.tc``'s job) or
+    options that are not ``Options`` are named at once, not an internal error later."""
+    with pytest.raises(polytc.PolytcError) as e:
+        polytc.Kernel(MATMUL)
+    assert "takes a checked program, not a str" in e.value.message
+    assert "polytc.tc(text)" in e.value.hint
+    program = polytc.tc(MATMUL).program
+    with pytest.raises(polytc.PolytcError, match="must be a polytc.Options, not a dict"):
+        polytc.Kernel(program, {"tile": 8})
+    assert polytc.Kernel(program).program is program
