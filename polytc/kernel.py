@@ -87,8 +87,12 @@ class Kernel:
     def _repr_markdown_(self):
         return self.program._repr_markdown_()
 
+    @user_boundary
     def with_options(self, options: Options | None = None, **changes) -> "Kernel":
         """A new kernel with other options (this one is unchanged)."""
+        if options is not None and not isinstance(options, Options):
+            raise PolytcError(f"with_options takes a polytc.Options (or changes by name), "
+                              f"not a {type(options).__name__}")
         base = options or self.options
         return Kernel(self.program, base.replace(**changes) if changes else base, self.target,
                       self.dynamic)
@@ -131,6 +135,7 @@ class Kernel:
                                   "medians)."))
         return out
 
+    @user_boundary
     def with_schedule(self, schedule) -> "Kernel":
         """A new kernel compiled with the hand schedule ``schedule`` (its steps replay,
         checked, for the sizes of each call); this kernel is unchanged."""
@@ -144,6 +149,7 @@ class Kernel:
         k._explicit = True
         return k
 
+    @user_boundary
     def to(self, target: str) -> "Kernel":
         """The same program and options on another target (``c``, ``opencl``, ``cuda``);
         this kernel is unchanged."""
@@ -270,7 +276,14 @@ def _policy(program: P.Program, dynamic):
         return dynamic
     if dynamic is None or dynamic is False:
         return ()
-    names = (dynamic,) if isinstance(dynamic, str) else tuple(dynamic)
+    if isinstance(dynamic, str):
+        names = (dynamic,)
+    elif isinstance(dynamic, (tuple, list, set, frozenset)) and \
+            all(isinstance(n, str) for n in dynamic):
+        names = tuple(dynamic)
+    else:
+        raise PolytcError(f"dynamic= takes 'auto', a size name, a sequence of size names "
+                          f"or (), not {dynamic!r}")
     for n in names:
         if n not in program.sizes:
             raise PolytcError(
@@ -288,10 +301,11 @@ def _fast_out(ck, out, args) -> list | None:
     outs = out if isinstance(out, (tuple, list)) else (out,)
     if len(outs) != len(ck.out_shapes):
         return None
-    for o, shape, dtype in zip(outs, ck.out_shapes, ck.out_dtypes):
+    for k, (o, shape, dtype) in enumerate(zip(outs, ck.out_shapes, ck.out_dtypes)):
         if type(o) is not np.ndarray or o.shape != tuple(shape) or o.dtype != dtype or \
                 not (o.flags.c_contiguous and o.flags.writeable) or \
-                any(np.may_share_memory(o, a) for a in args):
+                any(np.may_share_memory(o, a) for a in args) or \
+                any(np.may_share_memory(o, p) for p in outs[:k]):
             return None
     return list(outs)
 
@@ -299,8 +313,8 @@ def _fast_out(ck, out, args) -> list | None:
 def _signature(a) -> tuple:
     """What the fast path compares: shape, strides and dtype of a numpy (or pyopencl)
     array, or the CUDA array interface of a device array (PyTorch, CuPy, polytc's DeviceArray)."""
-    try:
-        return a.shape, a.strides, a.dtype
+    try:  # (the type too: an object of another kind with numpy's attributes is not one)
+        return type(a), a.shape, a.strides, a.dtype
     except AttributeError:
         cai = a.__cuda_array_interface__  # AttributeError: no fast path for it
         return tuple(cai["shape"]), cai.get("strides"), cai["typestr"], type(a)

@@ -568,3 +568,91 @@ def test_kernel_of_text_or_bad_options_is_refused():
     with pytest.raises(polytc.PolytcError, match="must be a polytc.Options, not a dict"):
         polytc.Kernel(program, {"tile": 8})
     assert polytc.Kernel(program).program is program
+
+
+def test_benchmark_checks_its_inputs(matmul):
+    """``CompiledKernel.benchmark`` runs the C function on the arrays it is given: arrays
+    of other sizes than the kernel's would be read past their ends, so they are refused
+    (a generic kernel times itself at theirs); so are a repeat count below 1 and a
+    negative warm-up."""
+    a, b = np.ones((16, 8), F32), np.ones((8, 12), F32)
+    ck = matmul.with_options(polytc.Options()).specialize(a, b)
+    small = np.ones((1, 1), F32)
+    e = call_error(ck.benchmark, small, small, cls=ArgumentError)
+    assert "sizes K=1, M=1, N=1" in e.message and "compiled for K=8, M=16, N=12" in e.message
+    for bad in ({"repeat": 0}, {"repeat": "x"}, {"warmup": -1}):
+        e = call_error(ck.benchmark, a, b, cls=ArgumentError, **bad)
+        assert "repeat >= 1 and warmup >= 0" in e.message
+    assert ck.benchmark(a, b, repeat=3)["min"] > 0
+    generic = polytc.tc(MATMUL, dynamic=("M",)).specialize(a, b)
+    assert generic.benchmark(np.ones((40, 8), F32), b, repeat=3)["min"] > 0
+    e = call_error(generic.benchmark, a, np.ones((8, 5), F32), cls=ArgumentError)
+    assert "compiled for K=8, N=12" in e.message
+
+
+def test_out_arrays_that_overlap_each_other_are_refused():
+    """Two outputs written into one memory would each overwrite the other: refused on
+    the first call and on the fast path of later ones alike."""
+    two = polytc.tc("def two(float(N) A) -> (X, Y) {\n    X(i) = A(i) + 1\n"
+                    "    Y(i) = A(i) * 2\n}")
+    a = np.arange(4, dtype=F32)
+    for _ in range(2):  # the second: after a call that filled the fast path's table
+        z = np.zeros(4, F32)
+        e = call_error(two, a, out=(z, z), cls=ArgumentError)
+        assert "out= for 'Y' overlaps out= for 'X'" in e.message
+        buf = np.zeros(6, F32)
+        call_error(two, a, out=(buf[:4], buf[2:]), cls=ArgumentError)
+        x, y = two(a)
+        assert np.array_equal(x, a + 1) and np.array_equal(y, a * 2)
+
+
+@pytest.mark.parametrize("dtype, value, text", [
+    ("int32", np.int64(2**40), "1099511627776 does not fit in int32"),
+    ("int32", 2**40, "1099511627776 does not fit in int32"),
+    ("uint8", np.int32(300), "300 does not fit in uint8"),
+    ("uint8", -1, "-1 does not fit in uint8"),
+    ("int32", np.float32(2), "int32 but got the float"),
+    ("float", np.float64(1e300), "does not fit in float"),
+    ("float", 2**2000, "does not fit in float"),
+    ("int32", np.str_("3"), "must be a numpy array, got str_"),
+], ids=["np-int64", "int", "np-int32-uint8", "negative-uint8", "np-float-int32",
+        "np-float64-float", "huge-int-float", "np-str"])
+def test_scalar_inputs_that_would_change_value_are_refused(dtype, value, text):
+    """A 0-d input takes Python and numpy numbers only where the value survives (numpy's
+    own conversion wraps ``np.int64(2**40)`` to 0 in int32)."""
+    k = polytc.tc(f"def f(float(N) A, {dtype} s) -> (B) {{\n    B(i) = A(i) * s\n}}")
+    e = call_error(k, np.ones(3, F32), value, cls=ArgumentError)
+    assert text in e.message and "'s'" in e.message
+
+
+def test_scalar_inputs_that_fit_are_taken():
+    k = polytc.tc("def f(float(N) A, uint8 s) -> (B) {\n    B(i) = A(i) * s\n}")
+    for v in (255, np.int64(7), True, np.uint8(3)):
+        assert np.array_equal(k(np.ones(2, F32), v), np.full(2, int(v), F32))
+
+
+def test_an_array_lookalike_misses_the_fast_path(matmul):
+    """The fast path keys calls on the arrays' type too: an object of another kind with
+    numpy's shape, strides and dtype goes the checked way and is refused there."""
+    a, b = np.ones((2, 3), F32), np.ones((3, 4), F32)
+    matmul(a, b)
+
+    class Lookalike:
+        shape, strides, dtype = a.shape, a.strides, a.dtype
+
+    e = call_error(matmul, Lookalike(), b, cls=ArgumentError)
+    assert "must be a numpy array, got Lookalike" in e.message
+
+
+@pytest.mark.parametrize("call, text", [
+    (lambda: polytc.tc(MATMUL, target=["c"]), "unknown target ['c']"),
+    (lambda: polytc.tc(MATMUL).to(["c"]), "unknown target ['c']"),
+    (lambda: polytc.tc(MATMUL, dynamic=5), "dynamic= takes 'auto', a size name"),
+    (lambda: polytc.tc(MATMUL, dynamic=True), "not True"),
+    (lambda: polytc.tc(MATMUL).with_options("x", fusion="max"),
+     "with_options takes a polytc.Options"),
+])
+def test_kernel_arguments_of_the_wrong_type(call, text):
+    with pytest.raises(PolytcError) as e:
+        call()
+    assert not isinstance(e.value, polytc.InternalError) and text in e.value.message

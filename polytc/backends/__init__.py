@@ -21,7 +21,7 @@ DEFAULT = "c"
 
 
 def check(name: str) -> str:
-    if name not in _MODULES:
+    if not isinstance(name, str) or name not in _MODULES:
         raise PolytcError(f"unknown target {name!r}", hint=f"choose one of {', '.join(NAMES)}")
     return name
 

@@ -43,15 +43,9 @@ def as_arrays(program: P.Program, args, device_arrays: bool = False) -> list:
         elif t.rank == 0 and isinstance(a, (complex, np.complexfloating)):
             raise ArgumentError(f"input '{t.name}' is {t.dtype} but got the complex {a!r}",
                                 t.span)
-        elif t.rank == 0 and isinstance(a, (bool, int, float, np.generic)):
-            if isinstance(a, float) and not t.dtype.is_float:
-                raise ArgumentError(f"input '{t.name}' is {t.dtype} but got the float {a!r}",
-                                    t.span)
-            try:
-                arr = np.asarray(a, dtype=want)
-            except OverflowError:
-                raise ArgumentError(f"{a!r} does not fit in {t.dtype} for '{t.name}'",
-                                    t.span) from None
+        elif t.rank == 0 and isinstance(a, (bool, int, float, np.bool_, np.integer,
+                                            np.floating)):
+            arr = _scalar(t, a, want)
         else:
             raise ArgumentError(
                 f"input '{t.name}' of {program.name} must be a numpy array, got "
@@ -62,6 +56,29 @@ def as_arrays(program: P.Program, args, device_arrays: bool = False) -> list:
                 f"{'s' * (t.rank != 1)} but has {arr.ndim} (shape {arr.shape})", t.span)
         out.append(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
     return out
+
+
+def _scalar(t, a, want: np.dtype) -> np.ndarray:
+    """A Python or numpy number for the 0-d input ``t`` of dtype ``want``, as a 0-d
+    array: refused where the value would change other than by a float's rounding (a
+    float for an integer, an integer out of the type's range, a finite value that
+    becomes infinite): numpy's conversion wraps ``np.int64(2**40)`` to 0 in int32."""
+    if isinstance(a, (float, np.floating)) and not t.dtype.is_float:
+        raise ArgumentError(f"input '{t.name}' is {t.dtype} but got the float {a!r}", t.span)
+    if want.kind in "iu" and not isinstance(a, (bool, np.bool_)):
+        info = np.iinfo(want)
+        if not info.min <= int(a) <= info.max:
+            raise ArgumentError(f"{int(a)} does not fit in {t.dtype} for '{t.name}' "
+                                f"({info.min}..{info.max})", t.span)
+    try:
+        with np.errstate(over="ignore"):
+            arr = np.asarray(a, dtype=want)
+        if want.kind == "f" and np.isfinite(a) and not np.isfinite(arr):
+            raise OverflowError
+    except OverflowError:
+        raise ArgumentError(f"{a!r} does not fit in {t.dtype} for '{t.name}'", t.span) \
+            from None
+    return arr
 
 
 def check_device_array(program, t, a) -> None:
@@ -125,4 +142,9 @@ def check_out(program: P.Program, out, shapes: list, inputs: list) -> list:
             if np.shares_memory(o, a):
                 raise ArgumentError(f"out= for '{t.name}' overlaps the input '{t2.name}'",
                                     t.span, hint="outputs must not alias inputs")
+    for k, (t, o) in enumerate(zip(program.outputs, outs)):
+        for t2, o2 in zip(program.outputs[:k], outs[:k]):
+            if np.shares_memory(o, o2):
+                raise ArgumentError(f"out= for '{t.name}' overlaps out= for '{t2.name}'",
+                                    t.span, hint="each output needs memory of its own")
     return list(outs)

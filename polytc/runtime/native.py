@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from ..diagnostics import PolytcError
+from ..diagnostics import ArgumentError, PolytcError, user_boundary
 from ..lang import sizes as S
 from . import args as A
 from . import placement
@@ -222,13 +222,31 @@ class CompiledKernel(Specialised):
             raise PolytcError(f"{self.program.name}: cannot allocate temporaries ({e})") \
                 from None
 
+    @user_boundary
     def benchmark(self, *args, repeat: int = 20, warmup: int = 2) -> dict:
         """Median and minimum seconds of the C function alone (no argument checks, no
         allocation): what the generated code costs, with the copies a call makes of the
         inputs it wants aligned where ``args`` are not (a kernel that wants the 4 MB
         weights of a product aligned copies them at every call: timed without the copy,
         ``polytc.autotune`` chose such options, 20% slower to call than the default)."""
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (repeat, warmup)) \
+                or repeat < 1 or warmup < 0:
+            raise ArgumentError(f"benchmark takes repeat >= 1 and warmup >= 0 (ints), not "
+                                f"repeat={repeat!r}, warmup={warmup!r}")
         given = A.as_arrays(self.program, args)
+        env = A.bind_sizes(self.program, given)
+        if not self.serves(env):  # (its code would read and write past these arrays)
+            theirs = ", ".join(f"{n}={v}" for n, v in sorted(env.items()))
+            ours = ", ".join(f"{n}={v}" for n, v in sorted(self.env.items())
+                             if n not in self.symbolic)
+            raise ArgumentError(f"benchmark: these inputs have the sizes {theirs}; this "
+                                f"kernel of {self.program.name} was compiled for {ours}",
+                                hint="kernel.specialize(*inputs).benchmark(*inputs)")
+        if self.symbolic:
+            return self.at(env)._benchmark(given, repeat, warmup)
+        return self._benchmark(given, repeat, warmup)
+
+    def _benchmark(self, given, repeat, warmup) -> dict:
         inputs = [a if i not in self.align_inputs or is_aligned(a) else aligned_copy(a)
                   for i, a in enumerate(given)]
         copies = [(inputs[i], a) for i, a in enumerate(given) if inputs[i] is not a]
