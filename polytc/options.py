@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
+import operator
 from dataclasses import dataclass
 
 from .diagnostics import PolytcError
 
 FUSIONS = ("auto", "max", "preserve", "min")
 MAPPINGS = ("auto", "threads", "groups")
+#: most OpenMP threads ``num_threads`` may ask for (a team that size already costs
+#: more to start than it saves; libgomp runs out of memory long before ``2 ** 31``)
+MAX_THREADS = 4096
+#: the passes ``disable`` can switch off: the optional ones of
+#: ``polytc.compiler.pipeline.PASSES`` (listed here as options.py may not import the
+#: compiler; tests/test_options_errors.py checks that the two agree)
+OPTIONAL_PASSES = ("schedule", "fuse_outer", "tile", "fold", "parallel", "contract",
+                   "few_rows")
 
 
 class OptionsError(PolytcError):
@@ -51,7 +61,8 @@ class Options:
     #: 10-20 multiplications; ``False`` divides each element (IEEE's correctly rounded
     #: quotient)
     reciprocal: bool = True
-    #: passes to skip by name (see ``polytc.compiler.pipeline.PASSES``)
+    #: passes to skip by name: optional ones of ``polytc.compiler.pipeline.PASSES``
+    #: (``OPTIONAL_PASSES``); a sequence, as ``constants``: a lone string is refused
     disable: tuple = ()
     #: inputs (by name) whose values are the same at every call, as a model's weights:
     #: a contraction packs such an operand into its micro-panels once
@@ -98,69 +109,80 @@ class Options:
     #: fully unroll point loops of reductions with at most this many iterations
     unroll: int = 0
 
+    def __new__(cls, *args, **fields):
+        # (dataclass's __init__ would raise a bare TypeError for these; ``replace`` and
+        # ``from_json`` come through here too)
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(fields) - set(names))
+        if unknown:
+            raise OptionsError(f"Options has no field {', '.join(map(repr, unknown))}",
+                               hint=f"the fields are {', '.join(names)}")
+        if len(args) > len(names):
+            raise OptionsError(f"Options takes at most {len(names)} values, got "
+                               f"{len(args)}", hint="name them: Options(tile=..., ...)")
+        return super().__new__(cls)
+
     def __post_init__(self):
-        if self.fusion not in FUSIONS:
-            raise OptionsError(f"unknown fusion strategy {self.fusion!r}",
-                               hint=f"choose one of {', '.join(FUSIONS)}")
-        if self.num_threads is not None and self.num_threads < 1:
-            raise OptionsError("num_threads must be at least 1")
-        object.__setattr__(self, "disable", tuple(self.disable))
-        if isinstance(self.constants, str):
-            raise OptionsError("constants must be a sequence of input names, "
-                               f"got the string {self.constants!r}")
-        object.__setattr__(self, "constants", tuple(sorted(set(self.constants))))
-        if isinstance(self.aligned, str):
-            raise OptionsError("aligned must be a sequence of input names, "
-                               f"got the string {self.aligned!r}")
-        object.__setattr__(self, "aligned", tuple(sorted(set(self.aligned))))
-        if isinstance(self.symbolic, str) or not all(isinstance(n, str) for n in self.symbolic):
-            raise OptionsError(f"symbolic must be a sequence of size names, got "
-                               f"{self.symbolic!r}")
-        object.__setattr__(self, "symbolic", tuple(sorted(set(self.symbolic))))
-        object.__setattr__(self, "schedule", _steps(self.schedule))
-        if self.mapping not in MAPPINGS:
-            raise OptionsError(f"unknown mapping {self.mapping!r}",
-                               hint=f"choose one of {', '.join(MAPPINGS)}")
-        for name in ("block", "block_tile", "grid"):
+        """Every value checked (and normalised: sizes to tuples of ``int``, names to sorted
+        tuples) here, so a bad one is an ``OptionsError`` naming it, not a crash or a
+        different meaning in some pass later."""
+        for f in dataclasses.fields(self):
+            if f.type == "bool" and not isinstance(getattr(self, f.name), bool):
+                raise OptionsError(f"{f.name} must be True or False, got "
+                                   f"{getattr(self, f.name)!r}")
+        for name, what, choices in (("fusion", "fusion strategy", FUSIONS),
+                                    ("mapping", "mapping", MAPPINGS)):
             v = getattr(self, name)
-            if v is None:
-                continue
-            v = tuple(int(x) for x in v)
-            if not 1 <= len(v) <= 3 or min(v) < 1:
-                raise OptionsError(f"{name} must be 1 to 3 positive sizes, got {v}")
-            object.__setattr__(self, name, v)
+            if not isinstance(v, str) or v not in choices:
+                raise OptionsError(f"unknown {what} {_short(v)}",
+                                   hint=f"choose one of {', '.join(choices)}")
+        if self.num_threads is not None:
+            _set(self, "num_threads", _int("num_threads", self.num_threads, 1, MAX_THREADS))
+        _set(self, "parallel_min_points",
+             _int("parallel_min_points", self.parallel_min_points, 0))
+        if self.reduction_tile is not None:
+            _set(self, "reduction_tile", _int("reduction_tile", self.reduction_tile, 0))
+        _set(self, "unroll", _int("unroll", self.unroll, 0))
+        disable = _names("disable", self.disable, "pass names")
+        unknown = [n for n in disable if n not in OPTIONAL_PASSES]
+        if unknown:
+            raise OptionsError(f"disable: there is no pass {unknown[0]!r} to switch off",
+                               hint=f"optional passes: {', '.join(OPTIONAL_PASSES)}")
+        _set(self, "disable", disable)
+        _set(self, "constants", _names("constants", self.constants, "input names"))
+        _set(self, "aligned", _names("aligned", self.aligned, "input names"))
+        _set(self, "symbolic", _names("symbolic", self.symbolic, "size names"))
+        _set(self, "schedule", _steps(self.schedule))
+        for name in ("block", "block_tile", "grid"):
+            if getattr(self, name) is not None:
+                _set(self, name, _sizes(name, getattr(self, name), (1, 2, 3)))
         if self.block is not None:
             n = 1
             for x in self.block:
                 n *= x
             if n > 1024:
                 raise OptionsError(f"block {self.block} has {n} threads; at most 1024")
-        if self.reduction_tile is not None and self.reduction_tile < 0:
-            raise OptionsError("reduction_tile must be 0 or positive")
-        if self.unroll < 0:
-            raise OptionsError("unroll must be 0 or positive")
-        for name in ("tile", "register_tile"):
-            v = getattr(self, name)
-            if v is None:
-                continue
-            v = tuple(int(x) for x in v)
-            want = 3 if name == "tile" else 2
-            if (v or name == "register_tile") and (len(v) != want or min(v) < 1):
-                raise OptionsError(f"{name} must be {want} positive sizes, got {v}")
-            object.__setattr__(self, name, v)
+        if self.tile is not None:  # (``()``: no tiling)
+            _set(self, "tile", _sizes("tile", self.tile, (0, 3)))
+        if self.register_tile is not None:
+            _set(self, "register_tile", _sizes("register_tile", self.register_tile, (2,)))
 
     def replace(self, **changes) -> "Options":
-        try:
-            return dataclasses.replace(self, **changes)
-        except TypeError as e:
-            raise OptionsError(str(e)) from None
+        return dataclasses.replace(self, **changes)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Options":
-        return cls(**json.loads(text))
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as e:
+            raise OptionsError(f"Options.from_json takes the text of Options.to_json(), "
+                               f"got {_short(text)} ({e})") from None
+        if not isinstance(data, dict):
+            raise OptionsError(f"Options.from_json takes a JSON object, got {_short(text)}")
+        return cls(**data)
 
     def key(self) -> dict:
         return json.loads(self.to_json())
@@ -173,18 +195,87 @@ STEPS = {"tile": 1, "interchange": 2, "split": 1, "fuse": 1, "distribute": 0,
 
 
 def _steps(steps) -> tuple:
-    """A schedule recipe as nested tuples (JSON gives lists), its step names checked."""
-    if not steps:
+    """A schedule recipe as nested tuples (JSON gives lists), the shape of each step
+    checked: its name, its number of arguments, ints for band, loops and sizes, the start
+    and fusion of ``from`` (``poly/handsched.py`` checks the values against the tree)."""
+    if isinstance(steps, (list, tuple)) and not steps:
         return ()
+    if not isinstance(steps, (list, tuple)):
+        raise OptionsError(f"schedule must be a recipe (polytc.Schedule.steps), got "
+                           f"{_short(steps)}", hint=_RECIPES)
 
     def tup(x):
         return tuple(tup(y) for y in x) if isinstance(x, (list, tuple)) else x
 
-    out = tup(steps or ())
+    out = tup(steps)
     for k, step in enumerate(out):
-        ok = isinstance(step, tuple) and step and (
-            step[0] in STEPS or (step[0] == "from" and k == 0))
-        if not ok:
-            raise OptionsError(f"schedule step {step!r} is not a known step",
-                               hint="build recipes with polytc.Schedule (kernel.schedule(...))")
+        if not (isinstance(step, tuple) and step and isinstance(step[0], str) and
+                (step[0] in STEPS or (step[0] == "from" and k == 0))):
+            raise OptionsError(f"schedule step {_short(step)} is not a known step",
+                               hint=_RECIPES)
+        if step[0] == "from":
+            if step[1:] not in STARTS:
+                raise OptionsError(f"schedule step {_short(step)}: a recipe starts from "
+                                   "('from', 'program') or ('from', 'isl', FUSION) with "
+                                   f"FUSION one of {', '.join(FUSIONS)}", hint=_RECIPES)
+            continue
+        if len(step) != 2 + STEPS[step[0]]:
+            raise OptionsError(f"schedule step {_short(step)}: {step[0]} takes a band and "
+                               f"{STEPS[step[0]]} more argument(s)", hint=_RECIPES)
+        ints = list(step[1:])  # the band, loops, sizes (a tile's sizes: one or a tuple)
+        if step[0] == "tile" and isinstance(step[2], tuple):
+            ints = [step[1], *step[2]]
+        if not all(isinstance(a, int) and not isinstance(a, bool) for a in ints):
+            raise OptionsError(f"schedule step {_short(step)}: its band, loops and sizes "
+                               "must be ints", hint=_RECIPES)
     return out
+
+
+_RECIPES = "build recipes with polytc.Schedule (kernel.schedule(...))"
+#: what may follow ``from`` in a recipe's first step (``poly/handsched.py`` ``start``)
+STARTS = (("program",), ("isl",)) + tuple(("isl", f) for f in FUSIONS)
+
+
+def _set(options: Options, name: str, value) -> None:
+    object.__setattr__(options, name, value)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_int(x) -> bool:
+    """An integer (numpy's too), not a bool, a float or a string of digits."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _int(name: str, value, lo: int, hi: int | None = None) -> int:
+    if not _is_int(value) or value < lo or (hi is not None and value > hi):
+        bounds = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+        raise OptionsError(f"{name} must be an int {bounds}, got {_short(value)}")
+    return operator.index(value)
+
+
+def _sizes(name: str, value, lengths: tuple) -> tuple:
+    """``value`` as a tuple of positive ``int`` of one of these ``lengths`` (a string, a
+    number, a dict or a float size is refused rather than read as something else)."""
+    if not isinstance(value, (list, tuple)) or len(value) not in lengths or \
+            not all(_is_int(x) and x >= 1 for x in value):
+        sizes = [n for n in lengths if n]
+        want = f"{sizes[0]} to {sizes[-1]}" if len(sizes) > 1 else f"{sizes[0]}"
+        raise OptionsError(f"{name} must be {want} positive sizes"
+                           f"{' (or () for no tiling)' if 0 in lengths else ''}, "
+                           f"got {_short(value)}")
+    return tuple(operator.index(x) for x in value)
+
+
+def _names(name: str, value, what: str) -> tuple:
+    """``value`` as a sorted tuple of distinct names."""
+    if isinstance(value, str):
+        raise OptionsError(f"{name} must be a sequence of {what}, got the string "
+                           f"{value!r}", hint=f"{name}=({value!r},)")
+    if not isinstance(value, (list, tuple, set, frozenset)) or \
+            not all(isinstance(n, str) for n in value):
+        raise OptionsError(f"{name} must be a sequence of {what}, got {_short(value)}")
+    return tuple(sorted(set(value)))

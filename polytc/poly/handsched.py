@@ -68,13 +68,23 @@ def start(scop: Scop, deps: Dependences, step) -> isl.Schedule:
 
 
 def replay(scop: Scop, deps: Dependences, steps) -> isl.Schedule:
-    """The schedule of a recipe, every step checked."""
+    """The schedule of a recipe, every step checked.
+
+    A recipe numbers the bands of the sizes it was made at.  At sizes where a statement
+    runs no instance (a size is 0) its bands are gone, so a step may name a band that no
+    longer exists, or another one: a recipe that fails there replays as its start
+    schedule alone (legal, and the same result), as a size may be 0."""
     steps = list(steps)
     if not steps or steps[0][0] != "from":
         steps.insert(0, ("from", "isl", "auto"))
-    schedule = start(scop, deps, steps[0])
-    for step in steps[1:]:
-        schedule = apply(schedule, step, scop, deps)
+    first = schedule = start(scop, deps, steps[0])
+    try:
+        for step in steps[1:]:
+            schedule = apply(schedule, step, scop, deps)
+    except ScheduleError:
+        if not any(s.domain.is_empty() for s in scop.stmts):
+            raise
+        return first
     return schedule
 
 
