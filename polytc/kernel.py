@@ -68,6 +68,13 @@ class Kernel:
         self.dynamic = _policy(program, dynamic)
         for n in self.options.symbolic:
             _policy(program, (n,))  # an unknown name is an error here, not later
+        inputs = [t.name for t in program.inputs]
+        for field in ("constants", "aligned"):
+            unknown = [n for n in getattr(self.options, field) if n not in inputs]
+            if unknown:
+                raise PolytcError(f"Options.{field} names {unknown[0]!r}, which is not an "
+                                  f"input of {program.name}",
+                                  hint=f"its inputs: {', '.join(inputs) or '(none)'}")
         self._explicit = options is not None  # autotuning hook: else tuned options apply
         self._table: dict = {}  # signature -> loaded kernel (runtime.compiled.Specialised)
         self._sized: dict = {}  # the sizes' items -> the kernel specialised to them

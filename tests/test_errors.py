@@ -656,3 +656,14 @@ def test_kernel_arguments_of_the_wrong_type(call, text):
     with pytest.raises(PolytcError) as e:
         call()
     assert not isinstance(e.value, polytc.InternalError) and text in e.value.message
+
+
+@pytest.mark.parametrize("field", ["constants", "aligned"])
+def test_options_naming_no_input_are_refused(field):
+    """``Options.constants``/``aligned`` name inputs: a name the program has not is a
+    mistake (a misspelt weight would silently be packed at every call)."""
+    with pytest.raises(PolytcError) as e:
+        polytc.tc(MATMUL, options=polytc.Options(**{field: ("Z",)}))
+    assert f"Options.{field} names 'Z', which is not an input of matmul" in e.value.message
+    assert "A, B" in e.value.hint
+    assert polytc.tc(MATMUL, options=polytc.Options(**{field: ("B",)})) is not None
