@@ -141,14 +141,15 @@ def _model_options(p):
                    help="compile the model's groups for this target (default c)")
     p.add_argument("--no-fuse", action="store_true", help="compile every op alone")
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
-                   help="skip a graph pass (see polytc.graph.passes.PASSES); repeatable")
+                   help="skip a graph pass (polytc.graph.passes.PASSES, or "
+                        "pads_in_place); repeatable")
 
 
 def _session(args, options=None):
     import polytc.onnx as ponnx
-    from .graph.passes import PASSES
+    from .graph.session import pass_names
 
-    names = [n for n, _ in PASSES]
+    names = pass_names()
     for d in args.disable:
         if d not in names:
             raise CLIError(f"--disable {d}: no such graph pass (passes: {', '.join(names)})")

@@ -100,7 +100,10 @@ class Exploration:
     def _row(self, key) -> Variant:
         if isinstance(key, Variant):
             return key
-        if isinstance(key, (int, np.integer)):
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not -len(self.rows) <= key < len(self.rows):
+                raise PolytcError(f"no variant {key}; there are {len(self.rows)}",
+                                  hint=f"variants are numbered 0 to {len(self.rows) - 1}")
             return self.rows[int(key)]
         if isinstance(key, str):
             want = {p.strip() for p in key.split(",") if p.strip()}
@@ -285,6 +288,22 @@ def _evaluate(index, kernel, changes, arrays, refs, repeat, warmup, rtol, atol) 
     return Variant(**row, median_s=t["median"], min_s=t["min"])
 
 
+def _check_settings(repeat, warmup, rtol, atol, progress) -> None:
+    def whole(v) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    if not whole(repeat) or repeat < 1:
+        raise PolytcError(f"explore: repeat must be an int of at least 1, not {repeat!r}")
+    if not whole(warmup) or warmup < 0:
+        raise PolytcError(f"explore: warmup must be an int of at least 0, not {warmup!r}")
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.number))
+                              or not 0 <= v < math.inf):
+            raise PolytcError(f"explore: {name} must be None or a number >= 0, not {v!r}")
+    if progress is not None and not isinstance(progress, bool):
+        raise PolytcError(f"explore: progress must be True, False or None, not {progress!r}")
+
+
 @user_boundary
 def explore(kernel, *inputs, repeat: int = 20, warmup: int = 2, check: bool = True,
             rtol: float | None = None, atol: float | None = None,
@@ -302,8 +321,7 @@ def explore(kernel, *inputs, repeat: int = 20, warmup: int = 2, check: bool = Tr
     if not isinstance(kernel, Kernel):
         raise PolytcError(f"explore takes a polytc kernel, got {type(kernel).__name__}",
                           hint="pass what polytc.tc(...) or @polytc.kernel returned")
-    if repeat < 1 or warmup < 0:
-        raise PolytcError("explore: repeat must be at least 1 and warmup at least 0")
+    _check_settings(repeat, warmup, rtol, atol, progress)
     variants = _variants(kernel, choices)
     arrays = A.as_arrays(kernel.program, inputs)
     env = A.bind_sizes(kernel.program, arrays)

@@ -19,6 +19,7 @@ kernels are the plan's generic ones, the memory layout is a polynomial in the di
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codegen_c.compiler import _cc, default_flags
-from ..diagnostics import CompilationError, ModelError, UnsupportedError
+from ..diagnostics import CompilationError, ModelError, PolytcError, UnsupportedError
 from ..runtime.executor import CALL, fill_word
 from . import layout as L
 from .emit import Emitter
@@ -35,6 +36,8 @@ from .loader import LIBRARY, ExportedModel
 
 _HERE = os.path.dirname(__file__)
 PROGRAM = "run_model"
+#: the most bytes an input of an export may hold (a process's address space: 128 TiB)
+MOST_BYTES = 1 << 47
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ def export_session(session, directory, shapes: dict | None = None,
     """Export a ``polytc.onnx`` session: its symbolic input dimensions stay symbolic,
     except those that ``shapes`` (input name -> shape) fixes."""
     g = session.graph
+    directory = _directory(directory)
     if session.target != "c":
         raise UnsupportedError(f"export builds C: the session's target is "
                                f"'{session.target}'", hint="compile the model with target='c'")
@@ -99,6 +103,7 @@ def export_session(session, directory, shapes: dict | None = None,
 def export_kernel(ck, directory, build: bool = True) -> Exported:
     """Export a kernel compiled for one set of sizes (``Kernel.specialize``'s result)
     as a model of one step: the program's inputs in, its outputs out."""
+    directory = _directory(directory)
     if getattr(ck, "target", "c") != "c":
         raise UnsupportedError(f"export builds C: the kernel's target is '{ck.target}'",
                                hint="make the kernel with target='c'")
@@ -129,10 +134,14 @@ def export_kernel(ck, directory, build: bool = True) -> Exported:
 def _input_shapes(session, shapes: dict) -> tuple:
     """``(input -> shape with dimension names left, the names)``."""
     g = session.graph
-    for v in shapes:
+    if not isinstance(shapes, dict):
+        raise ModelError(f"shapes must be a dict of input name -> shape, not "
+                         f"{type(shapes).__name__}", hint="shapes={'input': (1, 3, 224, 224)}")
+    for v, s in shapes.items():
         if v not in g.inputs:
-            raise ModelError(f"shapes: the model has no input '{v}'",
+            raise ModelError(f"shapes: the model has no input {v!r}",
                              hint="inputs: " + ", ".join(g.inputs))
+        _check_shape(v, s, g.types[v])
     base, dims = {}, []
     for v in g.inputs:
         t = g.types[v]
@@ -151,6 +160,31 @@ def _input_shapes(session, shapes: dict) -> tuple:
     return base, [d for d in dims if d not in fixed]
 
 
+def _check_shape(v: str, s, t) -> None:
+    """``s``, the shape ``shapes`` gives input ``v`` (of type ``t``): sizes >= 0, of
+    the input's rank, that fit in memory."""
+    if not isinstance(s, (list, tuple)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
+            for d in s):
+        raise ModelError(f"shapes: input '{v}' is given {s!r}; a shape is a list of "
+                         "sizes >= 0 (ints)", hint=f"shapes={{'{v}': (...)}}")
+    if t.shape is not None and len(s) != len(t.shape):
+        raise ModelError(f"shapes: input '{v}' is given {list(s)}, of rank {len(s)}; "
+                         f"it has rank {len(t.shape)} {list(t.shape)}")
+    size = math.prod(int(d) for d in s) * np.dtype(t.dtype).itemsize
+    if size > MOST_BYTES:
+        raise ModelError(f"shapes: input '{v}' of shape {list(s)} would be {size} bytes, "
+                         "more than a process can address")
+
+
+def _directory(directory) -> str:
+    """The export's directory as a str path (a polytc error for what is not a path)."""
+    if not isinstance(directory, (str, bytes, os.PathLike)):
+        raise PolytcError(f"the export's directory must be a path (a str or os.PathLike), "
+                          f"not {type(directory).__name__}")
+    return os.fsdecode(os.fspath(directory))
+
+
 def _at(base: dict, dims: list, values: tuple) -> dict:
     at = dict(zip(dims, values))
     return {v: tuple(at.get(d, d) for d in s) for v, s in base.items()}
@@ -158,8 +192,13 @@ def _at(base: dict, dims: list, values: tuple) -> dict:
 
 def _snapshot(session, shapes: dict) -> dict:
     g = session.graph  # the shapes are the model's (a clear error if not)
-    session._check_feeds({v: np.empty(s, g.boundary.get(v, g.types[v].dtype))
-                          for v, s in shapes.items()})
+    try:
+        feeds = {v: np.empty(s, g.boundary.get(v, g.types[v].dtype))
+                 for v, s in shapes.items()}
+    except MemoryError:
+        raise ModelError(f"the model's inputs at shapes {shapes} do not fit in this "
+                         "machine's memory") from None
+    session._check_feeds(feeds)
     plan = session.plan(shapes)
     if session._staged is not None:
         raise UnsupportedError(f"the model decides shapes from its data ({plan.why}): it "
@@ -173,20 +212,25 @@ def _snapshot(session, shapes: dict) -> dict:
     return L.snapshot(plan, list(session.graph.inputs))
 
 
-def _write(em: Emitter, directory, build: bool, dims: tuple) -> Exported:
-    d = os.fspath(directory)
-    os.makedirs(d, exist_ok=True)
+def _write(em: Emitter, d: str, build: bool, dims: tuple) -> Exported:
     files = {"model.c": em.model_c(), "weights.S": em.weights_s(), "Makefile": _makefile(
         len(em.sources))}
     for u, text in enumerate(em.kernel_sources()):
         files[f"kernel_{u}.c"] = text
-    for name, text in files.items():
-        with open(os.path.join(d, name), "w", encoding="utf-8") as f:
-            f.write(text)
-    with open(os.path.join(d, "weights.bin"), "wb") as f:
-        f.write(em.blob)
-    for name in ("model.h", "run_model.c"):
-        shutil.copyfile(os.path.join(_HERE, name), os.path.join(d, name))
+    try:
+        os.makedirs(d, exist_ok=True)
+        for name, text in files.items():
+            with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        with open(os.path.join(d, "weights.bin"), "wb") as f:
+            f.write(em.blob)
+        for name in ("model.h", "run_model.c"):
+            shutil.copyfile(os.path.join(_HERE, name), os.path.join(d, name))
+    except OSError as e:
+        raise PolytcError(f"cannot write the export to {d}: {e.strerror or e}"
+                          + (f" ({e.filename})" if e.filename and e.filename != d else ""),
+                          hint="export to a directory you can write (it is created if "
+                          "it does not exist)") from None
     if build:
         make(d)
     return Exported(os.path.abspath(d), dims,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
-from ..diagnostics import ModelError
+from ..diagnostics import ModelError, UnsupportedError
 
 
 class PolytcRep(BackendRep):
@@ -30,6 +30,11 @@ class PolytcRep(BackendRep):
         else:
             if isinstance(inputs, np.ndarray):
                 inputs = [inputs]
+            if isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__iter__"):
+                raise ModelError(f"run takes a list of arrays (in the order of the graph's "
+                                 f"inputs) or a dict of input name -> array, not "
+                                 f"{type(inputs).__name__}",
+                                 hint="inputs: " + ", ".join(self.input_names))
             inputs = list(inputs)
             if len(inputs) > len(self.input_names):
                 raise ModelError(f"{len(inputs)} inputs given; the model takes "
@@ -43,6 +48,11 @@ class PolytcBackend(Backend):
     def prepare(cls, model, device: str = "CPU", **kwargs):
         from . import session as ponnx
 
+        if not cls.supports_device(device):
+            raise UnsupportedError(f"the polytc backend runs models on the CPU, not on "
+                                   f"device {device!r}",
+                                   hint="device='CPU' (for an accelerator: "
+                                   "polytc.onnx.compile(model, target='cuda'))")
         # (no super().prepare: polytc's importer runs onnx's checker and reports a
         # ModelError, where onnx's backend base would raise its ValidationError)
         return PolytcRep(ponnx.compile(model, **kwargs))
@@ -53,4 +63,11 @@ class PolytcBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        return Device(device).type == DeviceType.CPU
+        """Whether ``device`` (``"CPU"``, ``"CUDA:1"``, as onnx's ``Device`` parses it)
+        is one the backend runs on: the CPU; False for anything else."""
+        if not isinstance(device, str):
+            return False
+        try:
+            return Device(device).type == DeviceType.CPU
+        except (AttributeError, ValueError):  # not a device onnx knows: 'GPU', 'CPU:x'
+            return False

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import math
 import mmap
 import os
 import warnings
@@ -73,6 +74,8 @@ LEVELS = {L.ORT_DISABLE_ALL: (SIMPLIFY + REWRITE + LAYOUT, False),
 
 #: onnxruntime's providers polytc has -> its target
 PROVIDERS = {"CPUExecutionProvider": "c", "CUDAExecutionProvider": "cuda"}
+#: the most bytes a bound buffer may span (a process's address space: 128 TiB)
+MOST_BYTES = 1 << 47
 
 
 def _log_level(severity: int):
@@ -319,6 +322,9 @@ def _provider(providers, provider_options) -> tuple:
     chosen = None
     for p, more in zip(providers, provider_options):
         name, opts = p if isinstance(p, tuple) and len(p) == 2 else (p, {})
+        if not isinstance(name, str):
+            raise OptionsError(f"a provider is a name or a (name, options dict) tuple, "
+                               f"not {p!r}", hint="e.g. ['CPUExecutionProvider']")
         if not isinstance(opts, dict) or not isinstance(more, dict):
             raise OptionsError(f"a provider's options are a dict, not {opts!r}, {more!r}")
         opts = {**opts, **more}
@@ -439,11 +445,15 @@ class InferenceSession:
         return _log_level(run_options.log_severity_level)
 
     # --- profiling ----------------------------------------------------------------------
+    @user_boundary
     def end_profiling(self) -> str:
         """Write the profile (``profiling.py``) and stop profiling: the file's name,
         or "" when the session does not profile."""
-        p, self._profiler = self._profiler, None
-        return p.write() if p is not None else ""
+        if self._profiler is None:
+            return ""
+        path = self._profiler.write()  # (a file it cannot write: it goes on profiling)
+        self._profiler = None
+        return path
 
     def get_profiling_start_time_ns(self) -> int:
         """When profiling started (``time.time_ns``); 0 without profiling."""
@@ -470,13 +480,20 @@ def _memory(what: str, device_type, device_id, element_type, shape, buffer_ptr):
     except TypeError:
         raise ModelError(f"{what}: element_type {element_type!r} is not a numpy "
                          "dtype") from None
+    if dtype.hasobject or dtype.itemsize == 0:
+        raise ModelError(f"{what}: element_type {element_type!r} is not a type of "
+                         "numbers a buffer holds", hint="e.g. np.float32")
     if not isinstance(shape, (list, tuple)) or not all(
-            isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
+            for d in shape):
         raise ModelError(f"{what}: shape must be a list of sizes >= 0, not {shape!r}")
     if not isinstance(buffer_ptr, int) or buffer_ptr <= 0:
         raise ModelError(f"{what}: buffer_ptr must be the buffer's address (an int), not "
                          f"{buffer_ptr!r}")
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(int(d) for d in shape)
+    if n * dtype.itemsize > MOST_BYTES:
+        raise ModelError(f"{what}: a buffer of shape {list(shape)} of {dtype.name} would "
+                         f"span {n * dtype.itemsize} bytes, more than a process can address")
     raw = (ctypes.c_char * (n * dtype.itemsize)).from_address(buffer_ptr)
     return np.frombuffer(raw, dtype, n).reshape(tuple(int(d) for d in shape))
 
@@ -504,6 +521,7 @@ class IOBinding:
         """Bind ``arr`` (a numpy array or a DLPack host tensor, not copied) to ``name``."""
         self._inputs[self._input(name)] = arr
 
+    @user_boundary
     def bind_input(self, name: str, device_type, device_id, element_type, shape,
                    buffer_ptr) -> None:
         """Bind the memory at ``buffer_ptr`` (``element_type``: a numpy dtype or type)."""
@@ -511,6 +529,7 @@ class IOBinding:
                                                   device_id, element_type, shape,
                                                   buffer_ptr)
 
+    @user_boundary
     def bind_output(self, name: str, device_type="cpu", device_id=0, element_type=None,
                     shape=None, buffer_ptr=None) -> None:
         """Bind output ``name`` to the buffer at ``buffer_ptr`` (of ``element_type``

@@ -27,6 +27,7 @@ import threading
 import time
 from datetime import datetime
 
+from ..options import OptionsError
 from .layout import onnx_op
 
 
@@ -81,6 +82,11 @@ class Profiler:
         path = f"{self.prefix}_{now:%Y-%m-%d_%H-%M-%S}_{now.microsecond // 1000:03d}.json"
         with self._lock:  # (a stable sort)
             events = sorted(self._events, key=lambda e: (e["ts"], e["cat"] != "Session"))
-        with open(path, "w") as f:
-            json.dump(events, f, indent=0)
+        try:
+            with open(path, "w") as f:
+                json.dump(events, f, indent=0)
+        except OSError as e:
+            raise OptionsError(f"cannot write the profile to {path}: {e.strerror or e}",
+                               hint="SessionOptions.profile_file_prefix must start with "
+                               "a path in a directory you can write") from None
         return path

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import backends
 from ..diagnostics import ModelError, NeedsValue, PolytcError, UnsupportedError, user_boundary
-from ..options import Options
+from ..options import Options, OptionsError
 
 #: the C target, or an accelerator's (see ``polytc.backends``): on ``opencl`` and
 #: ``cuda`` every group compiles for the device and a run keeps the values there
@@ -54,6 +54,42 @@ def _check_device(target: str):
                                hint=hint) from None
 
 
+def pass_names() -> tuple:
+    """What ``disable`` may name: the graph passes (``passes.PASSES``) and the plans'
+    padding in place (``padplace.PADS_IN_PLACE``)."""
+    from .padplace import PADS_IN_PLACE
+    from .passes import PASSES
+
+    return tuple(n for n, _ in PASSES) + (PADS_IN_PLACE,)
+
+
+def _check_disable(disable) -> tuple:
+    """``disable`` as a tuple of pass names (one name alone is taken as one)."""
+    names = pass_names()
+    if isinstance(disable, str):
+        disable = (disable,)
+    if not isinstance(disable, (list, tuple, set, frozenset)):
+        raise OptionsError(f"disable must be a list of pass names, not "
+                           f"{type(disable).__name__}", hint="passes: " + ", ".join(names))
+    for n in disable:
+        if n not in names:
+            raise OptionsError(f"disable: {n!r} is not a pass of the model's compile",
+                               hint="passes: " + ", ".join(names))
+    return tuple(disable)
+
+
+def _check_input_types(g) -> None:
+    """Inputs of element types no kernel computes with (strings): refused here, not
+    at every run."""
+    for v in g.inputs:
+        t = g.types.get(v)
+        if t is not None and np.dtype(t.dtype) == object:
+            raise UnsupportedError(f"input '{v}' is a tensor of strings (tensor(string)): "
+                                   "polytc compiles models of numeric tensors only",
+                                   hint="turn the strings into numbers (token ids, "
+                                   "categories) before the model")
+
+
 class Session:
     """A compiled model.  Build it with ``polytc.onnx.compile``."""
 
@@ -65,6 +101,11 @@ class Session:
         if target not in TARGETS:
             raise UnsupportedError(f"target '{target}' is not available for models",
                                    hint=f"targets: {', '.join(TARGETS)}")
+        if options is not None and not isinstance(options, Options):
+            raise OptionsError(f"options must be a polytc.Options, not "
+                               f"{type(options).__name__}",
+                               hint="polytc.Options(...) has the fields; None: the defaults")
+        disable = _check_disable(disable)
         _check_device(target)
         backends.get(target).warm()
         t0 = time.perf_counter()
@@ -72,6 +113,7 @@ class Session:
             disable = (*disable, "blocked_layout")
         self.graph, self.stages = imported(model, where, disable)
         check_supported(self.graph)  # every unsupported op at once, before compiling
+        _check_input_types(self.graph)
         self._setup(options or Options(), fuse, target, native, tuple(disable))
         self.timings = {"import+passes": time.perf_counter() - t0}
         self._first_plan()
@@ -160,6 +202,9 @@ class Session:
         point computes it: no copy); ``timed``: ``times`` is ``[(group, seconds)]``,
         each compiled group's time in this run as the native entry point clocks it
         (``[]`` without one: an accelerator target)."""
+        if out is not None and not isinstance(out, dict):
+            raise ModelError(f"out must be a dict of output name -> array, not "
+                             f"{type(out).__name__}")
         feeds = self._check_feeds(input_feed)
         names = self._check_outputs(output_names)
         plan = self.plan({v: a.shape for v, a in feeds.items()})
@@ -398,7 +443,8 @@ def compile(model, target: str = "c", options: Options | None = None, *, fuse: b
 
     ``target``: ``c``, ``opencl`` or ``cuda`` (see ``TARGETS``); ``options`` apply to
     every compiled group; ``fuse=False`` compiles each op alone;
-    ``disable`` names graph passes to skip (see ``polytc.graph.passes.PASSES``);
+    ``disable`` names graph passes to skip (see ``polytc.graph.passes.PASSES``; and
+    ``pads_in_place``: ``pass_names()``), a list or one name;
     ``native=False`` runs the compiled groups one by one from Python (the reference
     executor) instead of through the plan's one C entry point (``polytc.graph.native``)."""
     return Session(model, target, options, fuse, disable, native=native)

@@ -24,6 +24,7 @@ and last pick, store and report the winner (:mod:`polytc.tuner.result`).
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import shutil
 import sys
@@ -75,6 +76,8 @@ def autotune(kernel, *inputs, budget: float = 60.0, seed=0, population: int = 8,
     times, every candidate with its status."""
     t_start = time.monotonic()
     _check_arguments(kernel, budget, progress)
+    _check_settings(seed=seed, population=population, generations=generations,
+                    timeout=timeout, jobs=jobs, on_result=on_result, samples=samples)
     tuner = _new_tuner(kernel, inputs, t_start, budget=budget, seed=seed,
                        population=population, generations=generations, verbose=verbose,
                        timeout=timeout, jobs=jobs, progress=progress, on_result=on_result,
@@ -137,12 +140,49 @@ def _check_arguments(kernel, budget, progress) -> None:
     if not bridge.is_kernel(kernel):
         raise PolytcError(f"autotune takes a polytc kernel, got {type(kernel).__name__}",
                           hint="pass what polytc.tc(...) or @polytc.kernel returned")
-    if not budget or budget <= 0:
+    if not _seconds(budget):
         raise PolytcError(f"autotune: budget must be a positive number of seconds, "
                           f"got {budget!r}")
-    if progress not in ("bar", "plot", None):
+    if not isinstance(progress, (str, type(None))) or progress not in ("bar", "plot", None):
         raise PolytcError(f"autotune: progress must be 'bar', 'plot' or None, "
                           f"got {progress!r}")
+
+
+def _seconds(v) -> bool:
+    """``v`` is a positive, finite number of seconds."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v < math.inf
+
+
+def _count(v) -> bool:
+    """``v`` is an int of at least 1."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1
+
+
+def _check_settings(*, seed, population, generations, timeout, jobs, on_result,
+                    samples) -> None:
+    """The search's settings, each its type and range, before anything compiles."""
+    if not isinstance(seed, (type(None), int, float, str, bytes)):
+        raise PolytcError(f"autotune: seed must be an int (or None, a float, a str), "
+                          f"got {seed!r}")
+    if not _count(population):
+        raise PolytcError(f"autotune: population must be an int of at least 1, "
+                          f"got {population!r}")
+    if generations is not None and not _count(generations):
+        raise PolytcError(f"autotune: generations must be None or an int of at least 1, "
+                          f"got {generations!r}")
+    if timeout is not None and not _seconds(timeout):
+        raise PolytcError(f"autotune: timeout must be None or a positive number of "
+                          f"seconds, got {timeout!r}")
+    if jobs is not None and not _count(jobs):
+        raise PolytcError(f"autotune: jobs must be None or an int of at least 1, "
+                          f"got {jobs!r}")
+    if on_result is not None and not callable(on_result):
+        raise PolytcError(f"autotune: on_result must be None or a function of a "
+                          f"candidate's record, got {on_result!r}")
+    if not isinstance(samples, (list, tuple)):
+        raise PolytcError(f"autotune: samples must be a list of tuples of inputs, "
+                          f"got {type(samples).__name__}",
+                          hint="samples=[(A2, B2), (A3, B3)]")
 
 
 def _new_tuner(kernel, inputs, t_start, *, budget, timeout, jobs, faults, samples=(),
