@@ -161,24 +161,20 @@ def _count(v) -> bool:
 def _check_settings(*, seed, population, generations, timeout, jobs, on_result,
                     samples) -> None:
     """The search's settings, each its type and range, before anything compiles."""
-    if not isinstance(seed, (type(None), int, float, str, bytes)):
-        raise PolytcError(f"autotune: seed must be an int (or None, a float, a str), "
-                          f"got {seed!r}")
-    if not _count(population):
-        raise PolytcError(f"autotune: population must be an int of at least 1, "
-                          f"got {population!r}")
-    if generations is not None and not _count(generations):
-        raise PolytcError(f"autotune: generations must be None or an int of at least 1, "
-                          f"got {generations!r}")
-    if timeout is not None and not _seconds(timeout):
-        raise PolytcError(f"autotune: timeout must be None or a positive number of "
-                          f"seconds, got {timeout!r}")
-    if jobs is not None and not _count(jobs):
-        raise PolytcError(f"autotune: jobs must be None or an int of at least 1, "
-                          f"got {jobs!r}")
-    if on_result is not None and not callable(on_result):
-        raise PolytcError(f"autotune: on_result must be None or a function of a "
-                          f"candidate's record, got {on_result!r}")
+    checks = (  # (name, value, whether it is good, what it must be)
+        ("seed", seed, isinstance(seed, (type(None), int, float, str, bytes)),
+         "an int (or None, a float, a str)"),
+        ("population", population, _count(population), "an int of at least 1"),
+        ("generations", generations, generations is None or _count(generations),
+         "None or an int of at least 1"),
+        ("timeout", timeout, timeout is None or _seconds(timeout),
+         "None or a positive number of seconds"),
+        ("jobs", jobs, jobs is None or _count(jobs), "None or an int of at least 1"),
+        ("on_result", on_result, on_result is None or callable(on_result),
+         "None or a function of a candidate's record"))
+    for name, value, good, want in checks:
+        if not good:
+            raise PolytcError(f"autotune: {name} must be {want}, got {value!r}")
     if not isinstance(samples, (list, tuple)):
         raise PolytcError(f"autotune: samples must be a list of tuples of inputs, "
                           f"got {type(samples).__name__}",
