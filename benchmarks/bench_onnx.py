@@ -23,7 +23,8 @@ model has (polytc's runs choose their team size meanwhile).  ``--load`` times bo
 busy neighbour: a process spinning on the last core (the shared machine a served model
 meets), started after the compiles and stopped after the model's samples.
 
-``--dynamic``: models exported with a symbolic batch (``N``), run at batch sizes in turn
+``--dynamic``: models exported with a symbolic batch (``N``; one with a symbolic sequence
+length instead), run at batch sizes (sequence lengths) in turn
 (docs/dynamic.md): the first run at each new batch (the first compiles the groups with
 the batch symbolic; later ones reuse those kernels; the median of ``DYNAMIC_TRIALS``
 sessions' first runs, each a session of its own arena, each once no other thread runs:
@@ -474,7 +475,8 @@ def main(argv=None):
                     help="time with a busy neighbour: a process spinning on one core "
                          "(compile times are measured without it)")
     ap.add_argument("--dynamic", action="store_true",
-                    help="models with a symbolic batch, run at several batch sizes")
+                    help="models with a symbolic batch (one with a symbolic sequence "
+                         "length), run at several sizes")
     ap.add_argument("--int8", nargs="?", const="dynamic", choices=list(INT8_MODES),
                     help="the models quantised by onnxruntime's quantize_dynamic (default), "
                          "or quantize_static in the QDQ or QOperator format")
@@ -585,10 +587,15 @@ def dynamic_main(threads: int, repeats: int) -> int:
         for w in workers.values():
             w.hello()
         with tempfile.TemporaryDirectory(prefix="polytc-bench-dyn-") as tmp:
-            for name, make in (("mlp 784-512-512-10", lambda b: ex.mlp(b)),
-                               ("small_cnn 32x32", lambda b: ex.small_cnn(b, 32)),
-                               ("transformer_layer seq 128, d 256, ffn 1024",
-                                lambda b: ex.transformer_layer(b, 128, 256, 4, 1024))):
+            for name, make, what in (
+                    ("mlp 784-512-512-10", lambda b: ex.mlp(b), "batch"),
+                    ("small_cnn 32x32", lambda b: ex.small_cnn(b, 32), "batch"),
+                    ("transformer_layer seq 128, d 256, ffn 1024",
+                     lambda b: ex.transformer_layer(b, 128, 256, 4, 1024), "batch"),
+                    # the sequence length symbolic, two sequences: every product's rows
+                    # and the attention's scores, both ways, vary with it
+                    ("transformer_layer batch 2, d 256, ffn 1024 (seq N)",
+                     lambda s: ex.transformer_layer(2, s, 256, 4, 1024), "seq")):
                 dyn = os.path.join(tmp, f"{name.split()[0]}_N.onnx")
                 onnx.save(make("N"), dyn)
                 # the same model under other names: sessions of their own (the first
@@ -648,17 +655,17 @@ def dynamic_main(threads: int, repeats: int) -> int:
                     row.append(f"{t_spec['polytc'] / t_spec['specialised']:.2f}x"
                                if "polytc" in t_spec and "specialised" in t_spec else "")
                     rows.append(row)
-                print(f"\n{name}, exported with batch N")
-                print(common.table(["batch", "first run ms", "new batch ms", "polytc", "ort",
+                print(f"\n{name}, exported with {what} N")
+                print(common.table([what, "first run ms", f"new {what} ms", "polytc", "ort",
                                     "specialised", "polytc/ort", "polytc/spec."], rows))
                 geo = math.exp(sum(map(math.log, ratios)) / max(1, len(ratios)))
-                print(f"polytc/ort geomean {geo:.2f}; a new batch after the first (compiles "
+                print(f"polytc/ort geomean {geo:.2f}; a new {what} after the first (compiles "
                       f"nothing): median {sorted(news)[len(news) // 2] * 1e3:.1f} ms, worst "
                       f"{max(news) * 1e3:.1f} ms more than a run")
     finally:
         for w in workers.values():
             w.stop()
-    print(f"\nbatch: in this order; first run: polytc's first sess.run at that batch (the "
+    print(f"\nbatch (seq): in this order; first run: polytc's first sess.run at that batch (the "
           f"first compiles, with the batch symbolic; later ones: the median of "
           f"{DYNAMIC_TRIALS} sessions' first runs); new batch: the first run less a run "
           f"(the plan, first touches of its memory); specialised: a session compiled for "
