@@ -596,18 +596,19 @@ def dynamic_main(threads: int, repeats: int) -> int:
                     # and the attention's scores, both ways, vary with it
                     ("transformer_layer batch 2, d 256, ffn 1024 (seq N)",
                      lambda s: ex.transformer_layer(2, s, 256, 4, 1024), "seq")):
-                dyn = os.path.join(tmp, f"{name.split()[0]}_N.onnx")
+                stem = f"{name.split()[0]}_{what}"  # (its files and cache: its own)
+                dyn = os.path.join(tmp, f"{stem}_N.onnx")
                 onnx.save(make("N"), dyn)
                 # the same model under other names: sessions of their own (the first
                 # compiles, the others load its kernels from the disk cache)
                 dyns = [dyn]
                 for j in range(1, DYNAMIC_TRIALS):
-                    dyns.append(os.path.join(tmp, f"{name.split()[0]}_N{j}.onnx"))
+                    dyns.append(os.path.join(tmp, f"{stem}_N{j}.onnx"))
                     shutil.copyfile(dyn, dyns[-1])
-                cache = os.path.join(tmp, f"cache-{name.split()[0]}")
+                cache = os.path.join(tmp, f"cache-{stem}")
                 rows, ratios, news = [], [], []
                 for k, b in enumerate(DYNAMIC_BATCHES):
-                    fixed = os.path.join(tmp, f"{name.split()[0]}_{b}.onnx")
+                    fixed = os.path.join(tmp, f"{stem}_{b}.onnx")
                     m = make(b)
                     onnx.save(m, fixed)
                     feeds = ex.example_inputs(m, seed=k)
