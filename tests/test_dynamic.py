@@ -432,3 +432,21 @@ def test_symbolic_rows_before_a_constant_batch_of_two():
         a = rng.standard_normal((2, s, 64), dtype=np.float32)
         np.testing.assert_allclose(k(a, b), np.einsum("bsk,kn->bsn", a, b), rtol=1e-4,
                                    atol=1e-4)
+
+
+def test_long_generic_kernels_are_built_without_peeling(monkeypatch, tmp_path):
+    """A kernel of symbolic sizes longer than ``PEEL_MOST_LINES`` lines asks gcc not to
+    peel its small loops (their bounds are symbolic: gcc had peeled each whole by its
+    estimate, 14 s for a 7400-line attention); shorter ones, and every kernel of
+    constant sizes, are built as before."""
+    from polytc.backends import c as cback
+
+    monkeypatch.setattr(cback, "PEEL_MOST_LINES", 0)
+    monkeypatch.setenv("POLYTC_CACHE_DIR", str(tmp_path))  # (built here, not served)
+    text = MATMUL.replace("matmul", "peel_probe")
+    a, b = np.ones((5, 8), np.float32), np.ones((8, 4), np.float32)
+    generic = polytc.tc(text, dynamic=("M",)).specialize(a, b)
+    assert '#pragma GCC optimize ("no-peel-loops")' in generic.code
+    assert np.allclose(generic.run([a, b]), a @ b)
+    fixed = polytc.tc(text, dynamic=()).specialize(a, b)
+    assert "no-peel-loops" not in fixed.code
