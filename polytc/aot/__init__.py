@@ -30,14 +30,13 @@ import numpy as np
 from ..codegen_c.compiler import _cc, default_flags
 from ..diagnostics import CompilationError, ModelError, PolytcError, UnsupportedError
 from ..runtime.executor import CALL, fill_word
+from ..runtime.memory import MOST_BYTES
 from . import layout as L
 from .emit import Emitter
 from .loader import LIBRARY, ExportedModel
 
 _HERE = os.path.dirname(__file__)
 PROGRAM = "run_model"
-#: the most bytes an input of an export may hold (a process's address space: 128 TiB)
-MOST_BYTES = 1 << 47
 
 
 @dataclass(frozen=True)

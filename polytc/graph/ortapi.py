@@ -34,6 +34,7 @@ import numpy as np
 from .. import backends, config
 from ..diagnostics import ModelError, UnsupportedError, user_boundary
 from ..options import Options, OptionsError
+from ..runtime.memory import MOST_BYTES
 from .profiling import Profiler
 from .session import Session
 
@@ -74,8 +75,6 @@ LEVELS = {L.ORT_DISABLE_ALL: (SIMPLIFY + REWRITE + LAYOUT, False),
 
 #: onnxruntime's providers polytc has -> its target
 PROVIDERS = {"CPUExecutionProvider": "c", "CUDAExecutionProvider": "cuda"}
-#: the most bytes a bound buffer may span (a process's address space: 128 TiB)
-MOST_BYTES = 1 << 47
 
 
 def _log_level(severity: int):

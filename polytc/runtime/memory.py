@@ -76,6 +76,8 @@ def allocator(shape, dtype, fill=None):
 
 
 HUGE = 2 << 20  # a transparent huge page (x86-64)
+#: the most bytes one array may span: a process's address space (x86-64: 128 TiB)
+MOST_BYTES = 1 << 47
 
 
 def huge_empty(nbytes: int) -> np.ndarray:
