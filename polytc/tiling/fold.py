@@ -149,6 +149,8 @@ def _epilogue(scop, sst):
     elements = _elements(sst)
     reads_t = e.reads.intersect_range(
         isl.UnionSet.from_set(isl.Set.universe(elements.get_space())))
+    if reads_t.is_empty():  # (its read of T is never taken: ``k > 3 ? T(k) : ..``, k < 3)
+        return None
     if not isl.Set.from_union_set(reads_t.domain()).is_equal(e.domain):
         return None
     return e if isl.Set.from_union_set(reads_t.range()).is_equal(elements) else None
