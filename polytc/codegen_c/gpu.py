@@ -137,10 +137,13 @@ class GpuEmitter(CEmitter):
         finally:
             for k in added:
                 self.pending.pop(k, None)
-        # a kernel on one block may run several thread regions, which read each other's
-        # results; a kernel on a grid has one (blocks never wait for each other)
-        if outer and not self.in_copy and self.threads() > 1 and \
-                self.launch.grid == [1, 1, 1]:
+        # a kernel may run several thread regions in a block, which read each other's
+        # results: on one block, and on a grid within a block's tile (``T1(i) =
+        # T0(i + 2)`` beside ``T0(j) = ..``, a tile of 3 j per block: the differential
+        # fuzzer's find, where T1 read T0(2) before its thread wrote it).  Blocks never
+        # wait for each other; the mapping keeps reads of another block's results
+        # apart (``tiling/gpu.py``)
+        if outer and not self.in_copy and self.threads() > 1:
             out.append(self.barrier())
         return out
 
@@ -174,11 +177,10 @@ class GpuEmitter(CEmitter):
         if not conds:
             return stmts
         guard = [c.If(" && ".join(conds), c.Block(stmts))]
-        # in a kernel on one block, outside any thread-mapped loop (every thread gets
-        # here): what one thread runs may read what the others wrote just before, or
-        # write what they read next; a barrier on each side
-        if self.launch.grid == [1, 1, 1] and self.threads() > 1 and \
-                not any(kind == "thread" for kind, _ in self.covered):
+        # outside any thread-mapped loop (every thread of the block gets here): what
+        # one thread runs may read what the others wrote just before, or write what
+        # they read next; a barrier on each side
+        if self.threads() > 1 and not any(kind == "thread" for kind, _ in self.covered):
             return [self.barrier()] + guard + [self.barrier()]
         return guard
 
