@@ -217,6 +217,7 @@ class Promotion:
         if unroll is not None:  # inside a vector loop: no reduction of its own
             red, flag = None, flag or "pt_nan0"
         decls, pro, body, epi, post = [], [], [], [], []
+        targets: set = set()
         for u, (inner, user, at, _) in enumerate(items):
             sst, printer = self.em.instance(user, at)
             st = sst.stmt
@@ -224,8 +225,12 @@ class Promotion:
                     r.tensor == st.tensor for r in P.reads(st.rhs)):
                 return None
             target = target_code(sst, printer)
-            if mentions(target, iters):
+            if mentions(target, iters) or target in targets:
+                # (two rows of one element: rows along a reduction, ``T0(k) max=! ..
+                # A(i, j, k)`` unrolled over j on a GPU thread, each row its own
+                # accumulator stored last-wins: the differential fuzzer's find)
                 return None
+            targets.add(target)
             fold = self.em.folds.get(sst.name)
             if fold is not None:  # the folded init and epilogue (``fold.py``)
                 ends = fold.tile_conditions(self.em, loops, printer.vars)
