@@ -168,7 +168,7 @@ class CEmitter:
             text = self.pragma(kind)
             if kind != "parallel" or not text:
                 return self.node(n.mark_get_node(), pragma=(text, f"c{depth}") if text else None)
-            mine = [lc for lc in self.locals.values() if lc.loop == f"c{depth}"]
+            mine = self.locals_under(n.mark_get_node(), f"c{depth}")
             decls = [d for lc in mine for d in lc.declarations()]
             placed: list = []  # the outlined bodies that declare the buffers
             first = len(self.touched)
@@ -333,6 +333,18 @@ class CEmitter:
             return None
         self.collapse_into = (header, it2)
         return header
+
+    def locals_under(self, n, loop: str) -> list:
+        """The contracted temporaries of the loop ``loop`` that statements under the AST
+        node ``n`` access: another band's parallel loop at the same depth neither
+        declares nor passes them (where isl dropped that loop in one branch, its outlined
+        bodies had been passed a buffer declared nowhere)."""
+        mine = [lc for lc in self.locals.values() if lc.loop == loop]
+        if not mine:
+            return mine
+        names = {x.user_get_expr().op_get_arg(0).id_get_id().get_name()
+                 for x in ast_nodes(n) if x.get_type() == isl.ast_node_type.user}
+        return [lc for lc in mine if names & lc.offsets.keys()]
 
     def unrolled(self, n) -> list:
         """A loop of constant bounds (the rows of a register tile that is not a
