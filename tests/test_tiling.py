@@ -264,6 +264,12 @@ def test_a_tile_of_rows_per_core_ends_in_whole_register_tiles():
     assert sizes.cache[0] == 504 and sizes.cache[0] % sizes.register[0] == 0
     assert choose_sizes(8192, 64, 256, 4, two, packed=True, per_call=True).cache[0] == 1024
     assert choose_sizes(1024, 1024, 1024, 4, two, packed=True).cache[0] == 512
+    # with a 32 KiB L1 no tile of 8192 rows by 6 splits into an even count: 2046 (four
+    # full tiles, 8 rows after them), not 1366 (five full, and 1362 rows alone after)
+    zen4 = Machine(32 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    ti = choose_sizes(8192, 64, 256, 4, zen4, packed=True, per_call=True).cache[0]
+    full, rest = divmod(8192, ti)
+    assert ti % 6 == 0 and -(-full // 2) * ti + rest <= 4096 * 1.06
 
 
 @pytest.mark.parametrize("m,n,k", [(40, 512, 512), (64, 512, 512), (256, 512, 512),

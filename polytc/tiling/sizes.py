@@ -119,6 +119,13 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         while -(-ext_i // (shares * mr)) > most:
             shares += step
         ti = _dividing(ext_i, -(-ext_i // shares), mr, step)
+        if _busiest(ext_i, ti, step) > ext_i / step * 1.06:
+            # no such divisor, and the partial last tile, which runs after the full
+            # ones on one core, leaves the split uneven: the tallest tile within L2
+            # that splits evenly (8192 x 256 x 64 in tiles of 1366 rows: five full
+            # ones shared, 1362 rows alone after them, 4 tile-times for 3 -> 2046,
+            # 1.74 -> 1.28 ms on a Zen 4)
+            ti = _balanced(ext_i, mr, step, most)
         if ti % mr and ti <= 64:
             # a row tile of a few register tiles, partial: rows that divide it instead,
             # within the accumulator budget (a GRU's 16 batch rows, 8 a core: 6 + 2 rows
