@@ -67,7 +67,9 @@ class Options:
     #: inputs (by name) whose values are the same at every call, as a model's weights:
     #: a contraction packs such an operand into its micro-panels once
     #: (``CompiledKernel.prepack``, which ``polytc.onnx`` calls when it makes a plan)
-    #: instead of at every call; a call given no packed copy packs it itself (C target)
+    #: instead of at every call; a kernel's call packs the array it is given and keeps the
+    #: copy while later calls pass the same array (C target; values changed in place are
+    #: not read again: pass another array)
     constants: tuple = ()
     #: inputs (by name) that every call passes 64-byte aligned (a model's intermediate
     #: values in its arena, and its weights): vector loops reading only such inputs are

@@ -53,6 +53,29 @@ def test_constant_operand_packed_once(src, shapes, env, tensor, options):
     assert "a copy packed once, before the first call" in text and tensor in text
 
 
+def test_a_kernel_call_packs_the_same_constant_array_once(monkeypatch):
+    """A kernel called with the same array for a constant input packs it at its first
+    call only; another array (new weights) is packed again, and at unaligned addresses
+    (the kernel's aligned copies are the same buffers at every call) too."""
+    k = polytc.tc(MATMUL, options=polytc.Options(constants=("B",), parallel_min_points=1))
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((70, 33)).astype(np.float32)
+    B1, B2 = (rng.standard_normal((33, 150)).astype(np.float32) for _ in range(2))
+    ck = k.specialize(A, B1)
+    packs = []
+    prepack = type(ck).prepack
+    monkeypatch.setattr(type(ck), "prepack", lambda self, x: packs.append(1) or prepack(self, x))
+    for B in (B1, B1, B2, B2, B1):
+        np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-4)
+    assert len(packs) == 3
+    buf = np.empty(33 * 150 + 4, np.float32)
+    for off in (1, 2):  # the same buffer, other contents at another offset: other arrays
+        B3 = buf[off:off + 33 * 150].reshape(33, 150)
+        B3[...] = rng.standard_normal((33, 150))
+        np.testing.assert_allclose(k(A, B3), A @ B3, rtol=1e-4, atol=1e-4)
+    assert len(packs) == 5
+
+
 def test_transposed_gemv_weights_keep_their_dot_products():
     """One row against weights W(j, k): every output is a dot product of a contiguous
     row, which streams already; nothing is packed."""
