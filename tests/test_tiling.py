@@ -1193,7 +1193,10 @@ def test_strided_sizes():
     l2 = 2 << 20
     assert _strided_sizes(default, 13, 1000, 512, 16, 2, 1, 4, l2).cache[2] == 512
     assert _strided_sizes(default, 13, 1000, 16384, 16, 2, 1, 4, l2).cache[2] == 8192
-    assert _strided_sizes(default, 7, 512, 512, 16, 2, 9, 4, l2).cache[2] == 128
+    # a 3x3 convolution's panel counts its window's 9: 512 channels in one tile with
+    # 2 MiB of L2, in two with 1 MiB (had been the L1 rule's, 4 or 8 tiles)
+    assert _strided_sizes(default, 7, 512, 512, 16, 2, 9, 4, l2).cache[2] == 512
+    assert _strided_sizes(default, 7, 512, 512, 16, 2, 9, 4, l2 // 2).cache[2] == 256
 
 
 @pytest.mark.parametrize("rhs", ["alpha * A(i, k) * B(k, j)", "A(i, k) * B(k, j) * alpha * 2.0",

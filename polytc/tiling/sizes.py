@@ -395,9 +395,14 @@ def _strided_sizes(sz: Sizes, ext_i: int, ext_j: int, ext_k: int, lanes: int,
                     best = (key, mr, nr, tj)
     _, mr, nr, tj = best
     tk = sz.cache[2]
-    if l2 and rest == 1:  # (3x3 convolutions of 256 and 512 channels on 14 x 14 and
-        # 7 x 7: Tk 128 -> 256 made ResNet-18 1.5% slower)
-        tk = min(ext_k, max(tk, l2 // 4 // (nr * itemsize)))
+    if l2:  # the panel counts the other reduction loops (a 3x3 window's 9): Tk over
+        # the channels of a 3x3 convolution as deep as a quarter of L2 holds Tk x 9 x NR
+        # (a Zen 4, 32 KiB L1, whose L1 rule gave Tk 64: every reduction tile loads and
+        # stores the accumulators with the result's stride, transposed; 128, 256 and
+        # 512 channels in 1, 1 and 2 tiles instead of 2, 4 and 8: 2-5% faster at batch
+        # 1 and 16, in-process A/B.  All of them in one tile, 512 channels too, had made
+        # ResNet-18 1.5% slower on a Zen 5, whose L1 rule gave 128)
+        tk = min(ext_k, max(tk, l2 // 4 // (rest * nr * itemsize)))
     even = [d for d in range(max(1, tk // 2), 2 * tk + 1) if ext_k % d == 0]
     if ext_k % tk and even:
         tk = min(even, key=lambda d: (abs(d - tk), -d))
