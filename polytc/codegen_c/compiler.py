@@ -416,7 +416,8 @@ def _build(c_source: str, cc: list[str], flags: list[str]) -> tuple[bytes, dict]
 #: kernel's driver in a part of its own (an LSTM of 32 unrolled steps, 65 regions in 435
 #: KB: gcc 2.5 s as one part, 1.3 s of it the driver's 65 regions of 74 arguments each)
 SPLIT_BYTES = 120_000
-_BODY = re.compile(r"^static __attribute__\(\(noinline\)\) void pt_body\d+\(", re.M)
+_BODY = re.compile(r"^static __attribute__\(\(noinline\)\) void pt_body\d+(?:_\d+)*\(", re.M)
+_ROOT = re.compile(r"void pt_body(\d+)")
 #: a region of the driver that only calls its function
 _DISPATCH = re.compile(r"#pragma omp parallel for[^\n]*\n\s*for \([^\n]*\)\n\s*\{\n"
                        r"\s*pt_body\d+\([^;]*\);\n\s*\}")
@@ -432,24 +433,31 @@ def _parts(source: str, n: int) -> list | None:
     load their arguments at each call of a function that runs for microseconds)."""
     starts = [m.start() for m in _BODY.finditer(source)]
     tail = source.find("\nint polytc_kernel(")
-    if n < 1 or len(source) < SPLIT_BYTES or len(starts) < 2 * n or tail < starts[-1]:
+    if n < 1 or len(source) < SPLIT_BYTES or not starts or tail < starts[-1]:
         return None
     head = source[:starts[0]]
-    bodies = [source[a:b] for a, b in zip(starts, starts[1:] + [tail + 1])]
-    share = sum(map(len, bodies)) / n
-    chunks, size = [[]], 0
+    bodies = [source[a:b].replace("static __attribute__((noinline))",
+                                  '__attribute__((noinline, visibility("hidden")))', 1)
+              for a, b in zip(starts, starts[1:] + [tail + 1])]
+    # a region and the pieces that ``split.cut`` made of it (``pt_body3_0``, ... before
+    # ``pt_body3``) in one unit: they share the thread-local buffers of the head
+    # (``static __thread``: each unit has a copy of its own)
+    groups: list = []
     for b in bodies:
-        if size >= share * len(chunks) and len(chunks) < n:
-            chunks.append([])
-        chunks[-1].append(b)
-        size += len(b)
-    bodies = [b.replace("static __attribute__((noinline))",
-                        '__attribute__((noinline, visibility("hidden")))', 1) for b in bodies]
-    at = 0
-    texts = []
-    for chunk in chunks:
-        texts.append(head + "".join(bodies[at:at + len(chunk)]))
-        at += len(chunk)
+        root = _ROOT.search(b).group(1)
+        if groups and groups[-1][0] == root:
+            groups[-1][1].append(b)
+        else:
+            groups.append((root, [b]))
+    if len(groups) < n:
+        return None
+    share = sum(map(len, bodies)) / n
+    texts, size = [head], 0
+    for _, group in groups:
+        if size >= share * len(texts) and len(texts) < n:
+            texts.append(head)
+        texts[-1] += "".join(group)
+        size += sum(map(len, group))
     driver = source[tail + 1:]
     pack = driver.find("\nvoid polytc_prepack")
     if pack >= 0:  # (run once per weight, from the plan: optimised like the regions)

@@ -21,6 +21,7 @@ from .microkernel import masked_moves, typedefs
 from .fold import folds_of
 from .aligned import by_alignment
 from .locals import locals_of, thread_helper
+from .split import cut
 from .prefetch import cursors, steps
 from .vmath import vector_math
 from .pack import PackPrinter, direct_below, packs_of
@@ -373,14 +374,15 @@ class CEmitter:
             [c.Value("", p) for p in self.params] + \
             [c.Value(f"{lc.ctype} *restrict", lc.name) for lc in outer] + \
             [c.Value("int *restrict", "pt_err")]
-        code = [c.Statement("int err = 0")] + body + [c.If(
-            "err", c.Statement("__atomic_store_n(pt_err, err, __ATOMIC_RELAXED)"))]
+        names = iters + [p.rsplit(" ", 1)[-1].lstrip("*") for p in self.params] + \
+            [lc.name for lc in outer] + ["pt_err"]
+        code = [c.Statement("int err = 0")] + \
+            cut(name, params, names, body, self.helpers) + \
+            [c.If("err", c.Statement("__atomic_store_n(pt_err, err, __ATOMIC_RELAXED)"))]
         self.helpers.append(c.FunctionBody(
             c.FunctionDeclaration(c.Value("static __attribute__((noinline)) void", name),
                                   params), c.Block(code)))
-        args = iters + [p.rsplit(" ", 1)[-1].lstrip("*") for p in self.params] + \
-            [lc.name for lc in outer] + ["&err"]
-        return c.Statement(f"{name}({', '.join(args)})")
+        return c.Statement(f"{name}({', '.join(names[:-1] + ['&err'])})")
 
     def team_clause(self, test: bool = True) -> str:
         """The clauses of a parallel region: its team size, and (``test``) the run-time
@@ -464,7 +466,7 @@ class CEmitter:
             return f"{int(np.prod(dims, dtype=np.int64))}{suffix}"
         return " * ".join(f"{n}L" if isinstance(n, int) else f"(long)({n})" for n in dims)
 
-    def reduction_pragma(self, op: str, acc: str):
+    def reduction_pragma(self, op: str, acc: str, is_float: bool = True):
         return f"omp simd reduction({op}:{acc})" if self.vectorize else None
 
     def lanes(self, itemsize: int) -> int:
