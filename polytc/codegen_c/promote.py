@@ -403,7 +403,8 @@ class Promotion:
             acc = f"pt_acc{u}"
             decls.append(c.Statement(f"{st.rhs.dtype.c_name} {acc} = {target}"))
             code = statement_code(sst, printer, acc).rstrip(";")
-            sums.append((self.em.reduction_pragma(st.op, acc), acc, code))
+            sums.append((self.em.reduction_pragma(st.op, acc, st.rhs.dtype.is_float), acc,
+                         code))
             stores.append(c.Statement(f"{target} = {acc}"))
         split = self._split_sum(loops, st, sums)
         return None if split is None else [c.Block(decls + split + stores)]
@@ -459,7 +460,7 @@ class Promotion:
             return None, None
         sst, _ = self.em.instance(items[0].user)
         op = sst.stmt.op
-        red = self.em.reduction_pragma(op, "pt_acc0")
+        red = self.em.reduction_pragma(op, "pt_acc0", sst.stmt.rhs.dtype.is_float)
         if red and self.em.omp_reductions and op in ("min", "max") \
                 and sst.stmt.rhs.dtype.is_float:
             return red + " reduction(|:pt_nan0)", "pt_nan0"
