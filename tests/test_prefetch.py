@@ -130,11 +130,12 @@ def test_a_tile_asks_for_the_next_tiles_result_while_it_computes():
 
 
 @pytest.mark.parametrize("shapes", [[(300, 640), (640, 64)], [(131, 900), (900, 1030)],
-                                    [(130, 300), (300, 1030)]])
+                                    [(130, 64), (64, 1030)]])
 def test_a_row_of_one_tile_or_a_result_in_l2_is_not_asked_for(monkeypatch, shapes):
     """A 64-column result (each tile a whole row: the next along the lanes is none), the
-    130-row product's result once L2 holds it, and over 300 products (one reduction
-    tile: its accumulators start at zero, no load waits)."""
+    130-row product's result once L2 holds it, and over 64 products (one reduction tile
+    with any L1's tiles: its accumulators start at zero, no load waits; 300 products
+    were 5 tiles with a Zen 4's 32 KiB L1)."""
     from polytc.codegen_c import prefetch
 
     if shapes[0][0] == 131:
