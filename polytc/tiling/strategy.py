@@ -257,11 +257,15 @@ class Tiler:
                             self.extent(sst, vars_[m]) for m in red),
                         self.machine.lanes(sst.stmt.rhs.dtype.np_dtype.itemsize)):
                 return None, None
-            if i is None and (found is None or found.tensor not in self.constants or
-                              not unit_stride(found, sst.vars[vars_[j]])):
-                # no rows (a matrix-vector product): weights only, packed once (one
-                # sequential stream per core: 784 -> 512 at batch 1 27 -> 13 us), and
-                # not a transposed W(j, k), whose rows the dot products already stream
+            one = i is None or (self.extent(sst, vars_[i]) == 1 and
+                                not self.symbolic(sst, vars_[i]))
+            if one and (found is None or found.tensor not in self.constants or
+                        not unit_stride(found, sst.vars[vars_[j]])):
+                # no rows (a matrix-vector product), or one (a global pooling's sum
+                # of a contracted buffer, whose copy per call ran as long as the sum):
+                # weights only, packed once (one sequential stream per core: 784 -> 512
+                # at batch 1 27 -> 13 us), and not a transposed W(j, k), whose rows the
+                # dot products already stream
                 return None, None
             return found, batch
 
