@@ -285,3 +285,19 @@ def test_cuda_device_arrays():
     tC = k(torch.from_numpy(A).cuda(), torch.as_tensor(cuda.to_device(B), device="cuda"))
     assert isinstance(tC, torch.Tensor) and tC.is_cuda
     np.testing.assert_allclose(tC.cpu().numpy(), A @ B, rtol=1e-4, atol=1e-5)
+
+
+@needs_opencl
+def test_opencl_forces_vectorisation_of_float_reductions_only():
+    """LLVM's licence to reassociate (``clang loop vectorize(enable)``) goes on float
+    reductions; an integer one vectorises without it, and pocl's LLVM, forced over the 4
+    steps of a reduction tile of ``dot4`` products, dropped the last rows' sums on a Zen 4
+    (``test_opencl[quantised_matmul-cyclic]``)."""
+    def code(name, mapping):
+        entry = BY_NAME[name]
+        k = polytc.tc(entry.tc, entry.def_name, target="opencl", options=MAPPINGS[mapping])
+        return k.specialize(*entry.make(rng_for(entry), **entry.sizes[0])).code
+
+    assert "clang loop vectorize" in code("softmax", "device")
+    for mapping in ("threads", "cyclic"):
+        assert "clang loop vectorize" not in code("quantised_matmul", mapping)
