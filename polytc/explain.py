@@ -185,6 +185,11 @@ class _Explainer:
                    f"one pass over '{matrix}', {privatize.ROWS} rows at a time: their "
                    "dot products run side by side and share each load of the other "
                    "operand")
+        elif self.b.fusion == "rows":
+            why = ("one block of rows per thread for the whole chain of products: every "
+                   "statement keeps the rows of the first product, so each thread runs "
+                   "the chain for its own rows in one parallel loop, with no join between "
+                   "the products")
         elif has_contraction(self.scop):
             why = ("'preserve', as the program has a contraction (fusing around it would "
                    "prevent tiling it)")

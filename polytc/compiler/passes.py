@@ -17,7 +17,7 @@ from ..tiling.extents import least_symbolic, statement_points
 from ..tiling.contract import text as contract_text
 from ..tiling.fold import fold
 from ..tiling.gpu import map_schedule, strategy
-from ..machine import host
+from ..machine import host, threads
 from ..tiling.strategy import tile_schedule
 from .build import Build
 
@@ -66,7 +66,8 @@ def p_schedule(b: Build) -> Build:
         one = shared_pass(b.scop, b.deps)  # one pass over a matrix, before isl's
         if one is not None:  # strategies
             return b.but(schedule=one, isl_schedule=one, fusion="shared")
-    s, fusion = F.isl_schedule(b.scop, b.deps, b.options.fusion)
+    team = threads(b.options.num_threads) if b.options.parallel and cpu_loops(b) else 1
+    s, fusion = F.isl_schedule(b.scop, b.deps, b.options.fusion, team)
     return b.but(schedule=s, isl_schedule=s, fusion=fusion)
 
 
@@ -119,8 +120,6 @@ def p_fold(b: Build) -> Build:
 def p_parallel(b: Build) -> Build:
     if not b.options.parallel:
         return b
-    from ..machine import threads
-
     points = sum(statement_points(s, b.env, b.scop.symbolic) for s in b.scop.stmts)
     team = threads(b.options.num_threads)
     # operands packed at each call go to each thread's own buffer (``codegen_c/pack.py``)

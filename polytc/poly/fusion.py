@@ -28,7 +28,8 @@ from .scop import Scop
 PLANE = 28 * 28
 
 
-def isl_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> tuple:
+def isl_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve",
+                 team: int = 1) -> tuple:
     """``(schedule, strategy)``: isl's schedule and the strategy that made it, before
     the ``fuse_outer`` and ``serial_reductions`` passes.  ``auto`` is ``preserve`` for
     programs with a contraction (fusing the rows of two matmuls prevents tiling them),
@@ -36,12 +37,17 @@ def isl_schedule(scop: Scop, deps: Dependences, fusion: str = "preserve") -> tup
     fused row by row, its inner loop would stride through memory) or ``max`` makes the
     outermost loop sequential (a reduction fused outside: atax), then ``preserve``.  When
     isl runs out of budget, ``max`` falls back to ``preserve`` and the others to program
-    order (always legal; strategy ``program``)."""
+    order (always legal; strategy ``program``).  ``team``: the threads of the parallel
+    loops, among which a chain of products may share its rows (``row_blocks``: strategy
+    ``rows``)."""
     if fusion == "auto":
         if has_contraction(scop):
             batched = batch_fused(scop, deps)
             if batched is not None:
                 return batched, "max"
+            blocked = row_blocks(scop, deps, team)
+            if blocked is not None:
+                return blocked, "rows"
             pieces = in_pieces(scop, deps)
             if pieces is not None:
                 return pieces, "preserve"
@@ -182,6 +188,51 @@ def batch_fused(scop: Scop, deps: Dependences) -> isl.Schedule | None:
     if all(_extent(s, d) == 1 for s in bodies for d in range(min(cap, len(s.vars)))):
         return None  # a batch of one: fused over it, nothing would run in parallel
     return shared_rows(scop, deps, cap, anchor=products[0]) if cap >= 1 else None
+
+
+def row_blocks(scop: Scop, deps: Dependences, team: int) -> isl.Schedule | None:
+    """A chain of three or more products over the same rows, through statements that
+    keep them (an unrolled recurrent layer: ``H(b, g) +=! h(b, k) * R(g, k)``, the gates
+    of row ``b``, the next ``h(b, ...)``), fused over blocks of rows, one per thread: each
+    thread runs the whole chain for its rows in one parallel loop, where each product in
+    a parallel loop of its own forked and joined the team twice per time step (an LSTM
+    of 32 steps: 64 parallel regions a run).  The rows are the first index of the product
+    with the fewest result indices, matched in every statement through the dependences
+    (``_matched``); each block keeps at least 4 rows (a register tile's worth: fewer, and
+    each thread would read all the weights for a row or two, where cores that share the
+    columns read half each).  None when that does not apply."""
+    if team < 2:
+        return None
+    products = [s for s in scop.stmts if s.kind == "body" and s.stmt.reduction_vars and
+                len(P.reads(s.stmt.rhs)) > 1]
+    if len(products) < 3:
+        return None
+    anchor = min(products, key=lambda s: (len(s.stmt.indices), s.index))
+    if not anchor.stmt.indices or anchor.stmt.indices[0] not in anchor.vars:
+        return None
+    rows = _extent(anchor, anchor.vars.index(anchor.stmt.indices[0]))
+    if not rows or rows < 4 * team:
+        return None
+    maps: list = []
+    deps.validity.foreach_map(maps.append)
+    found = _matched(scop, maps, anchor, 1)
+    if found is None:
+        return None
+    for s in scop.stmts:  # every statement over all the rows, from 0
+        v = found[s.name][0]
+        if s.domain.dim_min_val(v).to_python() != 0 or _extent(s, v) != rows:
+            return None
+    block = -(-rows // team)
+    parts = []
+    for s in scop.stmts:
+        xs = [f"x{n}" for n in range(len(s.vars))]
+        parts.append(f"{s.name}[{', '.join(xs)}] -> [floor(({xs[found[s.name][0]]}) / {block})]")
+    band = isl.UnionMap.read_from_str(scop.ctx, "{ " + "; ".join(parts) + " }")
+    node = isl.Schedule.from_domain(scop.domain).get_root().child(0).insert_partial_schedule(
+        isl.MultiUnionPwAff.from_union_map(band))
+    node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
+    schedule = _in_sequence(node.child(0), scop, {})
+    return schedule if respects(schedule, deps.validity) else None
 
 
 def _batch_indices(sst, others=()) -> int:
