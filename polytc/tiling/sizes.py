@@ -167,6 +167,12 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             # pass over, where that is deeper (a tall Ti: SqueezeNet's 512 -> 1000
             # classifier over 169 pixels at batch 64, Tk 131 -> 512, 26.6 -> 24.7 ms)
             tk = min(ext_k, max(tk, (m.l2 // 2) // (itemsize * min(ti, tj, ext_j))))
+        elif ti <= 2 * mr:
+            # one or two register tiles of rows pass over each micro-panel: little to
+            # keep in L1 for, while each Tk step loads and stores their accumulators
+            # again: the panel as deep as a quarter of L2 holds (a recurrent layer's
+            # 8 rows a core of 16 x 1024 x 256: Tk 64 -> 256)
+            tk = _even(ext_k, min(ext_k, max(tk, (m.l2 // 4) // (itemsize * nr))))
         else:
             tk = _even(ext_k, tk)
         # the result's Ti x Tj block, loaded and stored at every Tk step, within twice
