@@ -119,3 +119,55 @@ def test_weights_in_a_file_of_their_own(tmp_path, imports):
     (raw * 2).tofile(weights)  # other weights, same size, same model file
     got = polytc.onnx.compile(path).run(None, feeds)[0]
     assert len(imports) == 3 and not np.allclose(got, want)
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """The group texts a plan really parsed (``graph.programs``)."""
+    from polytc.graph import programs
+
+    calls = []
+    real = programs.checked
+
+    def counted(name, text):
+        calls.append(text)
+        return real(name, text)
+
+    monkeypatch.setattr(programs, "checked", counted)
+    return calls
+
+
+def test_a_second_load_parses_no_group(tmp_path, parses, monkeypatch):
+    """The plan's programs come from the disk cache, and run as the parsed ones did."""
+    from polytc.backends import base
+
+    monkeypatch.setenv("POLYTC_CACHE_DIR", str(tmp_path / "cache"))
+    base.forget_loaded()
+    m = ex.small_cnn(2, 8)
+    feeds = ex.example_inputs(m, seed=1)
+    first = polytc.onnx.compile(m)
+    want = first.run(None, feeds)
+    assert parses  # the first plan parsed its groups
+    texts = len(parses)
+    parses.clear()
+    base.forget_loaded()  # (a fresh process: the kernels come from the disk cache too)
+    second = polytc.onnx.compile(m)
+    assert parses == [] and texts > 1
+    for a, b in zip(second.run(None, feeds), want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_unreadable_programs_entry_is_parsed_again(tmp_path, parses, monkeypatch):
+    from polytc.cache import DiskCache
+    from polytc.graph.programs import FILE, Programs
+
+    monkeypatch.setenv("POLYTC_CACHE_DIR", str(tmp_path / "cache"))
+    texts = ["def f(float(N) A) -> (B) { B(i) = A(i) + 1.0 }",
+             "def g(float(N) A) -> (B) { B(i) = A(i) * 2.0 }"]
+    p = Programs(texts)
+    DiskCache().put(p.key, {FILE: b"not a pickle"}, {"kind": "group-programs"})
+    again = Programs(texts)
+    assert again.found == {}
+    for t in texts:
+        assert again.get("g0", t).name in ("f", "g")
+    assert parses == texts

@@ -27,16 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import backends, config
 from ..diagnostics import (CompilationError, InternalError, KernelRuntimeError, ModelError,
-                           PolytcError, Source)
+                           PolytcError)
 from ..kernel import Kernel
-from ..lang.inline import inline_temporaries
-from ..lang.parser import parse
-from ..lang.sema import check
 from ..runtime.memory import aligned_copy, aligned_empty, is_aligned
 from .arena import Arena
 from .bind import bind
 from .group import Group, Join, View, canonical, form_groups
 from .padplace import PADS_IN_PLACE, pads_in_place
+from .programs import Programs, checked
 
 
 class Plan:
@@ -94,6 +92,8 @@ class Plan:
                                                        -len(kv[0][0])))
         # groups whose generic kernel an earlier plan made are views of it: no pool
         ready = [kv for kv in order if self._ready(kv[0][0], kv[0][1])]
+        # the groups' checked programs, from the disk cache where a load stored them
+        self._programs = Programs(list(dict.fromkeys(k[0] for k, _ in order)))
         built = {k: self._compile(g, k[0], options, k[1]) for k, g in ready}
         order = [kv for kv in order if kv[0] not in built]
         if order:
@@ -103,6 +103,7 @@ class Plan:
                 built.update(zip((k for k, _ in order), pool.map(
                     lambda c, kv: c.run(self._compile, kv[1], kv[0][0], options, kv[0][1]),
                     ctxs, order)))
+        self._programs.save()
         for s in groups:
             self.kernels[s.name] = built[canon[s.name]]
         self.timings["compile"] = time.perf_counter() - t0
@@ -159,9 +160,10 @@ class Plan:
                 if [tuple(s) for s in ck.out_shapes] == \
                         [tuple(refs[v].shape) for v in group.outputs]:
                     return ck
-            program = _program(group.name, text)  # (a generic kernel whose outputs are
-            kernel = Kernel(program, _weights(options, program, weights),  # not the
-                            target=self.target)  # binding's: the numbers fit by chance)
+            # (also where a generic kernel's outputs are not the binding's: the numbers
+            # fit by chance)
+            program = self._programs.get(group.name, text)
+            kernel = Kernel(program, _weights(options, program, weights), target=self.target)
             return kernel._specialize(args)
         except CompilationError as e:
             # a missing device compiler (nvcc) is the machine's, not a polytc bug
@@ -190,7 +192,7 @@ class Plan:
         kernel = self._generic.get((gtext, weights))
         if kernel is None:
             try:
-                program = _program("group", gtext)
+                program = checked("group", gtext)
             except PolytcError:  # a size where TC wants a number: specialised
                 return None
             kernel = self._generic[(gtext, weights)] = Kernel(
@@ -462,11 +464,6 @@ def group_texts(graph, shapes: dict, fuse: bool, target: str, disable=()) -> lis
     """The canonical programs of the groups of ``graph`` at ``shapes`` (nothing compiled)."""
     bound, steps = bound_groups(graph, shapes, fuse, target, disable)
     return [canonical(s.text(bound.refs)) for s in steps if isinstance(s, Group)]
-
-
-def _program(name: str, text: str):
-    """A group's checked program, its temporaries inlined."""
-    return inline_temporaries(check(parse(text, f"<{name}>")[0], Source(text, f"<{name}>")))
 
 
 def _weights(options, program, weights):
