@@ -51,6 +51,24 @@ def test_a_nest_using_a_variable_declared_around_it_stays():
     assert str(out[3]) == "pt_body0_0(c0, A, B, pt_err);"
 
 
+def test_a_nest_using_a_pointer_declared_around_it_takes_it_as_an_argument():
+    """A contracted buffer's pointer goes to the piece (a recurrent layer's steps in one
+    parallel loop), also to a piece cut from a piece; an array it points to does not."""
+    pieces: list = []
+    inner = c.For("long c1 = 0L", "c1 < 4L", "c1 += 1L",
+                  c.Block([_nest("c2", 200, "pt_l_T[c2]"), _nest("c3", 250)]))
+    body = [c.Statement("float pt_l_T_s[64] __attribute__((aligned(64)))"),
+            c.Statement("float *restrict pt_l_T = __builtin_assume_aligned(pt_l_T_s, 64)"),
+            inner]
+    out = split.cut("pt_body0", PARAMS, NAMES, body, pieces)
+    assert str(out[2]) == "pt_body0_0(pt_l_T, c0, A, B, pt_err);"
+    whole = str(pieces[-1])
+    assert whole.startswith("static __attribute__((noinline)) void pt_body0_0("
+                            "float *restrict pt_l_T, long c0,")
+    assert "pt_body0_1(c1, pt_l_T, c0, A, B, pt_err);" in whole
+    assert "pt_body0_2(c1, c0, A, B, pt_err);" in whole  # (the pointer only where used)
+
+
 def test_lists_with_preprocessor_lines_keep_their_parts():
     pieces: list = []
     body = [c.Line("#ifdef PT_EXPV16"), _nest("c1", 300), c.Line("#else"), _nest("c1", 300),
@@ -86,3 +104,31 @@ def test_a_generic_kernel_cut_into_pieces_computes_the_same(constants):
     assert re.search(r"void pt_body\d+_\d+\(", code)
     longest = max(len(f.splitlines()) for f in re.split(r"\n(?=static |int polytc)", code))
     assert longest < 2 * split.SPLIT_LINES
+
+
+@pytest.mark.parametrize("buffers", [False, True])
+def test_pieces_share_out_between_units_unless_they_share_buffers(buffers, monkeypatch):
+    """``compiler._parts``: a region's pieces go to units of their own (an LSTM's one
+    region of 33 pieces compiles on both cores), unless the head declares thread-local
+    buffers they share: then they stay in the region's unit."""
+    from polytc.codegen_c import compiler
+
+    head = "#include <stdint.h>\n" + (
+        "static __thread float pt_pack0[64] __attribute__((aligned(64)));\n" if buffers else "")
+    monkeypatch.setattr(compiler, "SPLIT_BYTES", 0)
+    body = "  int x = 0;\n" * 20
+
+    def fn(name):
+        return f"static __attribute__((noinline)) void {name}(long c0)\n{{\n{body}}}\n\n"
+
+    source = (head + "".join(fn(n) for n in ("pt_body0_0", "pt_body0_1", "pt_body0")) +
+              "\nint polytc_kernel(void)\n{\n  pt_body0(0);\n  return 0;\n}\n")
+    parts = compiler._parts(source, 2)
+    if buffers:
+        assert parts is None  # one region: nothing to share out
+    else:
+        units = [t for t, _ in parts[:-1]]
+        assert len(units) == 2 and all(t.startswith(head) for t in units)
+        assert "pt_body0_0(" in units[0] and "pt_body0(long" in units[1]
+        hidden = '__attribute__((noinline, visibility("hidden"))) void pt_body0_1('
+        assert sum(hidden in t for t in units) == 1

@@ -417,7 +417,7 @@ def _build(c_source: str, cc: list[str], flags: list[str]) -> tuple[bytes, dict]
 #: KB: gcc 2.5 s as one part, 1.3 s of it the driver's 65 regions of 74 arguments each)
 SPLIT_BYTES = 120_000
 _BODY = re.compile(r"^static __attribute__\(\(noinline\)\) void pt_body\d+(?:_\d+)*\(", re.M)
-_ROOT = re.compile(r"void pt_body(\d+)")
+_ROOT = re.compile(r"void pt_body(\d+)[\d_]*\(")
 #: a region of the driver that only calls its function
 _DISPATCH = re.compile(r"#pragma omp parallel for[^\n]*\n\s*for \([^\n]*\)\n\s*\{\n"
                        r"\s*pt_body\d+\([^;]*\);\n\s*\}")
@@ -440,11 +440,13 @@ def _parts(source: str, n: int) -> list | None:
                                   '__attribute__((noinline, visibility("hidden")))', 1)
               for a, b in zip(starts, starts[1:] + [tail + 1])]
     # a region and the pieces that ``split.cut`` made of it (``pt_body3_0``, ... before
-    # ``pt_body3``) in one unit: they share the thread-local buffers of the head
-    # (``static __thread``: each unit has a copy of its own)
+    # ``pt_body3``) in one unit where the head has thread-local buffers, which they
+    # share (``static __thread``: each unit has a copy of its own); else each on its
+    # own (an LSTM whose 32 steps run in one region, 33 pieces: gcc 2.1 s in one unit)
+    shared = "static __thread" in head
     groups: list = []
     for b in bodies:
-        root = _ROOT.search(b).group(1)
+        root = _ROOT.search(b).group(1 if shared else 0)
         if groups and groups[-1][0] == root:
             groups[-1][1].append(b)
         else:

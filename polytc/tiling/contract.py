@@ -71,29 +71,45 @@ def contract(schedule, scop, fills, packed, l2: int, folds=(), copied=frozenset(
             dom = mark.child(0).get_domain()
         except isl.Error:
             continue
+        loops = list(reversed(_loops(mark.child(0))))
+        prefix = _Prefixes(loops, scop)
         for t, found in temps.values():
             if found is None or not found[1].domain().is_subset(dom):
                 continue  # a statement outside the parallel loop touches it
             # the deepest loop of the bands under the mark first: the smallest buffer
             # (reused by the iterations of inner loops, which one thread runs in turn)
             chosen = slot = None
-            for band, members in reversed(_loops(mark.child(0))):
-                d = _one(mark, band, members, scop, t, *found, epilogues)
+            for k in range(len(loops)):
+                d = _one(mark, prefix[k], scop, t, *found, epilogues)
                 if d is None:
                     continue
                 if d.facts["_bytes"] <= budget:
                     budget -= d.facts["_bytes"]
-                    chosen = (d, band, members, {})
+                    chosen = (d, k, {})
                     break
                 if slot is None and d.facts["_bytes"] <= l2 and t.name not in copied and \
-                        _tiles(d, _prefix(band, members, scop), t, scop, found[1]):
-                    slot = (d, band, members, {"slot": "thread"})
-            d, band, members, more = chosen or slot or (None,) * 4
+                        _tiles(d, prefix[k], t, scop, found[1]):
+                    slot = (d, k, {"slot": "thread"})
+            d, k, more = chosen or slot or (None,) * 3
             if d is not None:  # (where the next iteration's copy reads: ``_source``)
-                source = _source(_prefix(band, members, scop), scop, t)
+                source = _source(prefix[k], scop, t)
                 out.append(Decision("contract", d.subjects,
                                     {**d.facts, **more, "_source": source}))
     return out
+
+
+class _Prefixes:
+    """The prefix schedule of each of ``loops`` (``(band, members)``: ``_prefix``), made
+    once for all the temporaries: over a recurrent layer's 97 statements, 2.5 ms each
+    for each of its 64 temporaries had taken its contraction pass 0.73 s."""
+
+    def __init__(self, loops: list, scop):
+        self.loops, self.scop, self.made = loops, scop, {}
+
+    def __getitem__(self, k: int):
+        if k not in self.made:
+            self.made[k] = _prefix(*self.loops[k], self.scop)
+        return self.made[k]
 
 
 def _tiles(d, prefix, t, scop, acc) -> bool:
@@ -200,12 +216,12 @@ def _loops(band) -> list:
     return out
 
 
-def _one(mark, band, members: int, scop, t, touching, acc, epilogues=None):
+def _one(mark, prefix, scop, t, touching, acc, epilogues=None):
     """The ``contract`` decision for ``t`` (accessed by ``touching``, whose union is
-    ``acc``) per iteration of the loops through the first ``members`` members of
-    ``band`` (at or below ``mark``), or None.  ``epilogues``: ``_epilogues``."""
+    ``acc``) per iteration of the loops whose prefix schedule is ``prefix`` (``_prefix``:
+    down to a member of a band at or below ``mark``), or None.  ``epilogues``:
+    ``_epilogues``."""
     depth = int(mark.mark_get_id().get_name().partition(":")[2])
-    prefix = _prefix(band, members, scop)
     if prefix is None:
         return None
     try:
