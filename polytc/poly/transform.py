@@ -203,7 +203,11 @@ def rows_split(point, packed: bool, row: int, least: int | None = None,
     name = f"rowsplit:{depth + row}:{'' if least is None else least}:" + \
         ("" if cols is None else str(depth + cols))
     ctx = point.get_ctx()
-    top = point.parent().parent().parent()  # (the packing's extension, sequence, filter)
-    if not packed or top.get_type() != isl.schedule_node_type.extension:  # (a constant's
-        return point.insert_mark(isl.Id(name, context=ctx)).child(0)  # packed before)
+    top = point  # (the packing's extension, sequence, filter above the cache tile's
+    for _ in range(3 if packed else 0):  # inside; a band at the root has no parents)
+        top = top.parent() if top.has_parent() else None
+        if top is None:
+            break
+    if top is None or top.get_type() != isl.schedule_node_type.extension:  # (unpacked,
+        return point.insert_mark(isl.Id(name, context=ctx)).child(0)  # or a constant
     return top.insert_mark(isl.Id(name, context=ctx)).child(0).child(0).child(1).child(0)
