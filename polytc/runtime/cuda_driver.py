@@ -152,10 +152,10 @@ class DeviceArray:
         self.ptr, self.base = 0, base
         if base is not None:
             self.ptr = base.ptr
-        elif self.nbytes:
-            driver.enter()
-            p = _U64()
-            driver.call("cuMemAlloc_v2", ctypes.byref(p), self.nbytes)
+        else:  # an empty array has memory too: a kernel whose index check failed reads
+            driver.enter()  # element 0 of it before the run raises (a null pointer
+            p = _U64()  # faulted, the process with it)
+            driver.call("cuMemAlloc_v2", ctypes.byref(p), max(self.nbytes, 64))
             self.ptr = p.value
 
     @property
