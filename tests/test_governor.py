@@ -122,6 +122,19 @@ def test_busy_neighbour_moves_to_one_thread_and_back():
 
 
 
+def by_turns(one: float, two: list):
+    """A run's cost: ``one`` on one thread, on two the times of ``two`` in turn."""
+    k = [0]
+
+    def cost(n):
+        if n == 1:
+            return one
+        k[0] += 1
+        return two[(k[0] - 1) % len(two)]
+
+    return cost
+
+
 def test_runs_fast_or_slow_by_turns_under_a_neighbour_count_by_their_mean():
     """With a neighbour found, two threads whose worker shares its core run fast or ten
     times slower by turns (an LSTM: 1 ms, or 8 one run in three): their mean (3.3 ms) is
@@ -129,15 +142,7 @@ def test_runs_fast_or_slow_by_turns_under_a_neighbour_count_by_their_mean():
     wins."""
     clock = Clock()
     gov = Governor(2, clock, Load(busy=True))
-    k = [0]
-
-    def cost(n):
-        if n == 1:
-            return 0.0019
-        k[0] += 1
-        return 0.008 if k[0] % 3 == 0 else 0.001
-
-    used = drive(gov, clock, cost, 3000)
+    used = drive(gov, clock, by_turns(0.0019, [0.001, 0.001, 0.008]), 3000)
     assert gov.current == 1 and used[-200:].count(2) < 40
 
 
@@ -149,15 +154,8 @@ def test_a_small_margin_is_enough_under_a_neighbour(busy, want):
     thread wins (and on a quiet machine the margin stays ``SWITCH``'s)."""
     clock = Clock()
     gov = Governor(2, clock, Load(busy=busy))
-    k = [0]
-
-    def cost(n):
-        if n == 1:
-            return 0.0041
-        k[0] += 1
-        return 0.0021 if k[0] % 5 < 2 else 0.0061
-
-    used = drive(gov, clock, cost, 3000)
+    used = drive(gov, clock, by_turns(0.0041, [0.0021, 0.0061, 0.0061, 0.0061, 0.0021]),
+                 3000)
     assert gov.current == want
     assert used[-200:].count(want) > 150
 

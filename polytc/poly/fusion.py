@@ -223,14 +223,7 @@ def row_blocks(scop: Scop, deps: Dependences, team: int) -> isl.Schedule | None:
         if s.domain.dim_min_val(v).to_python() != 0 or _extent(s, v) != rows:
             return None
     block = -(-rows // team)
-    parts = []
-    for s in scop.stmts:
-        xs = [f"x{n}" for n in range(len(s.vars))]
-        parts.append(f"{s.name}[{', '.join(xs)}] -> [floor(({xs[found[s.name][0]]}) / {block})]")
-    band = isl.UnionMap.read_from_str(scop.ctx, "{ " + "; ".join(parts) + " }")
-    node = isl.Schedule.from_domain(scop.domain).get_root().child(0).insert_partial_schedule(
-        isl.MultiUnionPwAff.from_union_map(band))
-    node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
+    node = _parallel_band(scop, lambda s, xs: [f"floor(({xs[found[s.name][0]]}) / {block})"])
     schedule = _in_sequence(node.child(0), scop, {})
     return schedule if respects(schedule, deps.validity) else None
 
@@ -317,18 +310,28 @@ def shared_rows(scop: Scop, deps: Dependences, cap: int | None = None,
             k, fused = cap, found
     if k == 0:
         return None
-    parts = []
+    node = _parallel_band(scop, lambda s, xs: [xs[v] for v in fused[s.name]])
+    schedule = _in_sequence(node.child(0), scop, fused)
+    return schedule if respects(schedule, deps.validity) else None
+
+
+def _parallel_band(scop: Scop, members):
+    """A permutable band of parallel members at the root of ``scop``'s schedule,
+    ``members(statement, names of its variables)`` the expressions of a statement's
+    members (as many for every statement)."""
+    parts, n = [], 0
     for s in scop.stmts:
-        xs = [f"x{n}" for n in range(len(s.vars))]
-        parts.append(f"{s.name}[{', '.join(xs)}] -> [{', '.join(xs[v] for v in fused[s.name])}]")
+        xs = [f"x{v}" for v in range(len(s.vars))]
+        exprs = members(s, xs)
+        n = len(exprs)
+        parts.append(f"{s.name}[{', '.join(xs)}] -> [{', '.join(exprs)}]")
     band = isl.UnionMap.read_from_str(scop.ctx, "{ " + "; ".join(parts) + " }")
     node = isl.Schedule.from_domain(scop.domain).get_root().child(0).insert_partial_schedule(
         isl.MultiUnionPwAff.from_union_map(band))
     node = node.band_set_permutable(1)
-    for d in range(k):
+    for d in range(n):
         node = node.band_member_set_coincident(d, 1)
-    schedule = _in_sequence(node.child(0), scop, fused)
-    return schedule if respects(schedule, deps.validity) else None
+    return node
 
 
 def _matched(scop: Scop, maps: list, first, k: int) -> dict | None:
