@@ -187,7 +187,7 @@ class _Explainer:
                    "operand")
         elif self.b.fusion == "rows":
             why = ("one block of rows per thread for the whole chain of products: every "
-                   "statement keeps the rows of the first product, so each thread runs "
+                   "statement keeps the rows of the products, so each thread runs "
                    "the chain for its own rows in one parallel loop, with no join between "
                    "the products")
         elif has_contraction(self.scop):

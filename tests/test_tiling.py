@@ -228,13 +228,16 @@ def test_tile_height_balances_cores(m):
 
 def test_a_short_row_tile_takes_register_rows_that_divide_it():
     """16 packed rows (a recurrent layer's batch), 8 a core: register tiles of 4 rows,
-    not 6 and a partial 2."""
+    not 6 and a partial 2, over a deep reduction tile."""
     from polytc.machine import Machine
     from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 2 << 20, 32 << 20, 64, 32, 2)
     sizes = choose_sizes(16, 512, 256, 4, two, packed=True)
     assert sizes.cache[0] == 8 and sizes.register == (4, 64)
+    # two register tiles pass over each panel: the whole 256-deep reduction in one tile
+    # (a quarter of L2 holds the panel), not the L1 rule's 64
+    assert sizes.cache[2] == 256
     assert choose_sizes(1024, 1024, 1024, 4, two, packed=True).register == (6, 64)
 
 

@@ -203,11 +203,10 @@ def rows_split(point, packed: bool, row: int, least: int | None = None,
     name = f"rowsplit:{depth + row}:{'' if least is None else least}:" + \
         ("" if cols is None else str(depth + cols))
     ctx = point.get_ctx()
-    top = point  # (the packing's extension, sequence, filter above the cache tile's
-    for _ in range(3 if packed else 0):  # inside; a band at the root has no parents)
-        top = top.parent() if top.has_parent() else None
-        if top is None:
-            break
+    # the packing's extension, sequence and filter above the cache tile's inside (none
+    # above a band at the root)
+    top = point.parent().parent().parent() if packed and point.get_tree_depth() >= 3 \
+        else None
     if top is None or top.get_type() != isl.schedule_node_type.extension:  # (unpacked,
         return point.insert_mark(isl.Id(name, context=ctx)).child(0)  # or a constant
     return top.insert_mark(isl.Id(name, context=ctx)).child(0).child(0).child(1).child(0)
