@@ -124,7 +124,10 @@ def test_small_cnn_and_symbolic_batch():
     """The small CNN's region is blocked, its batch symbolic: one session at several
     batch sizes."""
     m = ex.small_cnn(2, image=16)
-    _check(m, ex.example_inputs(m, seed=0))
+    on = _check(m, ex.example_inputs(m, seed=0))
+    # its two regions run blocked end to end: the pointwise convolution that starts
+    # the second reads the first's blocked image
+    assert [n.op for n in on.graph.nodes].count("Unblock") == 1
     dyn = onnx.ModelProto()
     dyn.CopyFrom(m)
     for v in list(dyn.graph.input) + list(dyn.graph.output):

@@ -16,8 +16,9 @@ The pass, ``Graph -> Graph``:
   input: it may read an NCHW image), depthwise Conv, MaxPool (one output), AveragePool
   and the global pools with ``c | C``, the unary elementwise ops, Add of two images of one shape,
   Concat of channels; an op other than a Conv joins only when all its images are blocked;
-* groups them into connected regions, split where a wide convolution reads an image (it
-  reads NCHW: a region's entry), and keeps the regions that pay;
+* groups them into connected regions, split where a wide convolution reads an image (a
+  region's entry: it reads the image blocked where the region before it is kept, else
+  NCHW), and keeps the regions that pay;
 * rewrites them (``BlockedConv`` with reordered weights, ``BlockedMaxPool``,
   ``BlockedAveragePool``, ``BlockedGlobalAveragePool``, ``BlockedGlobalMaxPool``, the
   elementwise ops and Concat on the blocked values), with an ``Unblock`` for each value
@@ -56,7 +57,7 @@ def blocked_layout(g: Graph) -> Graph:
         if k is not None and (k == "conv" or all(a in producer for a in _images(n, k))):
             chosen.append(n)
             producer[n.outputs[0]] = n
-    # a wide convolution reads an NCHW image, so that regions split at them and each
+    # a wide convolution starts a region, so that regions split at them and each
     # pays on its own (SqueezeNet's stem and first pool in blocked channels: 5-9% of
     # the model; its fire modules, whose wide convolutions outweigh their pools, not)
     entry = {id(n) for n in chosen if _wide(n, g, kinds, c)}
@@ -78,7 +79,7 @@ def blocked_layout(g: Graph) -> Graph:
     for n in chosen:
         regions.setdefault(find(id(n)), []).append(n)
     keep = [n for r in regions.values() if _pays(r, g, kinds, c) for n in r]
-    return _rewrite(g, keep, kinds, c, entry) if keep else g
+    return _rewrite(g, keep, kinds, c) if keep else g
 
 
 def _image(g: Graph, v: str, c: int) -> TensorType | None:
@@ -168,9 +169,11 @@ def _pays(region: list, g: Graph, kinds: dict, c: int) -> bool:
     return window > 0 and wide <= WIDE_PER_BYTE * window
 
 
-def _rewrite(g: Graph, nodes: list, kinds: dict, c: int, entry: set) -> Graph:
-    """The graph with ``nodes`` in their blocked forms; the convolutions of ``entry``
-    read NCHW images."""
+def _rewrite(g: Graph, nodes: list, kinds: dict, c: int) -> Graph:
+    """The graph with ``nodes`` in their blocked forms.  A region's entry reads the
+    blocked image where the region before it is kept too: the small CNN's pointwise
+    convolution after its depthwise one, instead of an ``Unblock`` between them (at
+    batch 64 0.420 -> 0.404 ms, at batch 8 0.063 -> 0.060)."""
     consts, types = dict(g.constants), dict(g.types)
     blocked = {n.outputs[0]: f"{n.outputs[0]}__blk" for n in nodes}
     mine = {id(n) for n in nodes}
@@ -185,14 +188,14 @@ def _rewrite(g: Graph, nodes: list, kinds: dict, c: int, entry: set) -> Graph:
         types[blocked[v]] = TensorType(t.dtype, (t.shape[0], t.shape[1] // c, *t.shape[2:], c))
         k = kinds[id(n)]
         if k in ("conv", "depthwise"):
-            out.append(_conv(n, g, consts, {} if id(n) in entry else blocked, k, c, blocked[v]))
+            out.append(_conv(n, g, consts, blocked, k, c, blocked[v]))
         elif k in ("pool", "global"):
             out.append(Node(f"Blocked{n.op}", n.name, (blocked[n.inputs[0]],),
                             (blocked[v],), n.attrs))
         else:
             ins = tuple(blocked.get(i, i) for i in n.inputs)
             out.append(Node(n.op, n.name, ins, (blocked[v],), n.attrs, n.domain))
-        if v in g.outputs or any(id(r) not in mine or id(r) in entry for r in readers.get(v, [])):
+        if v in g.outputs or any(id(r) not in mine for r in readers.get(v, [])):
             out.append(Node("Unblock", f"{n.name}__unblock", (blocked[v],), (v,)))
     return g.replace(nodes=tuple(out), constants=consts, types=types)
 
