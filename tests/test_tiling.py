@@ -242,14 +242,17 @@ def test_a_short_row_tile_takes_register_rows_that_divide_it():
 
 
 def test_batched_rows_over_a_short_reduction_take_whole_register_tiles():
-    """128 rows per batch element (cores busy around them), which 6 leave partial: 8 rows
-    of 2 vectors over a reduction of 128 (attention's P V), 6 x 4 over one of 1024 (a
-    feed-forward layer's second product) and where the cores share the rows."""
+    """128 rows per batch element (cores busy around them), which 6 leave partial: 4 rows
+    of 4 vectors over a reduction of 128 where they divide the columns (attention's P V,
+    a batched 128^3 product), else 8 rows of 2, 6 x 4 over one of 1024 (a feed-forward
+    layer's second product) and where the cores share the rows."""
     from polytc.machine import Machine
     from polytc.tiling.sizes import choose_sizes
 
     two = Machine(48 << 10, 1 << 20, 32 << 20, 64, 32, 2)
-    assert choose_sizes(128, 64, 128, 4, two, packed=True, cores=1).register == (8, 32)
+    assert choose_sizes(128, 64, 128, 4, two, packed=True, cores=1).register == (4, 64)
+    assert choose_sizes(128, 128, 128, 4, two, packed=True, cores=1).register == (4, 64)
+    assert choose_sizes(128, 352, 128, 4, two, packed=True, cores=1).register == (8, 32)
     assert choose_sizes(128, 256, 1024, 4, two, packed=True, cores=1).register == (6, 64)
     assert choose_sizes(128, 64, 128, 4, two, packed=True).register != (8, 32)
 

@@ -114,6 +114,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
     if packed:
         tk = min(ext_k, max(16, (m.l1 // 2) // (itemsize * nr)))
         most = max(1, (m.l2 // 2) // (itemsize * tk * mr))  # register tiles in Ti
+        jr = nr  # the j tile's unit
         step = cores or m.cores
         shares = step
         while -(-ext_i // (shares * mr)) > most:
@@ -145,11 +146,23 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
         elif cores == 1 and ti % mr and ti % 8 == 0 and nr == 4 * lanes and \
                 ext_j % (2 * lanes) == 0 and ext_k <= 256 and acc >= 16:
             # a product per batch element (loops around keep the cores busy) whose rows
-            # 6 leave partial and 8 divide, over a short reduction: 8 rows of 2 vectors
-            # (a transformer at batch 64, 128 rows each: the attention's P V 1.80 ->
-            # 1.52 ms, the projections 2.41 -> 2.23 ms, the model 0.98x, BERT-2L 0.97x;
-            # over 1024-deep reductions, its FFN's second product, 6 x 4 stays, 1% faster)
-            mr, nr = 8, 2 * lanes
+            # 6 leave partial and 8 divide, over a short reduction: 4 rows of 4 vectors
+            # where they divide the columns (in the j tiles of 8 x 2), their panel as
+            # deep as the whole reduction where L1 holds it (the accumulators loaded and
+            # stored once), else 8 rows of 2, the same 16 accumulators (a transformer
+            # at batch 64, 128 rows each: the attention's P V 1.80 -> 1.52 ms with 8 x
+            # 2, the projections 2.41 -> 2.23 ms, the model 0.98x, BERT-2L 0.97x; 4 x 4
+            # then, in-process A/B: bmm 64 x 128^3 0.80-0.85x, 256 P V products of 128
+            # x 128 x 64 0.94-0.96x, Q K^T 0.96-0.98x, a transformer layer at batch 1
+            # 0.94x, BERT-2L at batch 64 0.97x, each 0.99-1.00x at the other batch;
+            # without the deeper panel the models were 0.96-1.02x; over 1024-deep
+            # reductions, its FFN's second product, 6 x 4 stays, 1% faster)
+            if ext_j % nr == 0:  # (the j tile as for 8 x 2)
+                mr, jr = 4, 2 * lanes
+                if ext_k * nr * itemsize <= m.l1:
+                    tk = ext_k
+            else:
+                mr, nr = 8, 2 * lanes
         if ti % mr and ext_i % mr == 0 and -(-ext_i // _round_up(ti, mr)) == step:
             # a tile of rows per core that ends in a partial register tile where whole
             # ones fit (1000 rows on 2 cores: 500, 62 tiles of 8 rows and one of 4): a
@@ -158,7 +171,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             # us).  Not where more tiles than cores would leave a partial one to run
             # after the full ones (8192 rows by 6 in tiles of 1026: 526 -> 665 us)
             ti = _round_up(ti, mr)
-        tj = nr * max(1, min(8, -(-ext_j // nr)))
+        tj = jr * max(1, min(8, -(-ext_j // jr)))
         if ti * min(tj, ext_j) * itemsize > m.l2 // 4:
             # the C block leaves L2, so the C tile's loads and stores at every Tk step go
             # to memory: deeper Tk steps, as deep as half of L2 holds the Ti x Tk block
