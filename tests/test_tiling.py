@@ -1559,24 +1559,27 @@ def test_a_sum_of_one_row_reads_its_operand_where_it_lies():
 def test_a_window_point_outside_the_image_reads_a_row_of_its_fill(h, w, c):
     """A window's read guarded by a condition on the pixel alone (a blocked average
     pooling's padding, the same for every lane): the vector loop reads a row picked
-    before it, the input's or one of zeros, with no test in it, and the sums stay
-    exact with a NaN and an infinity at the border.  A condition on the lane keeps its
-    test in the loop."""
+    before it, the input's or one of its fill, with no test in it; sums and maxima
+    with fills of 0, 1.5 and -3 equal the reference's, with a NaN and an infinity at
+    the border.  A condition on the lane keeps its test in the loop."""
     pick = """def pool(float(N,H,W,C) X) -> (Y) {
         Y(n, h, w, c) +=! (h + kh - 1 >= 0 && h + kh - 1 < H && w + kw - 1 >= 0 &&
                            w + kw - 1 < W) ? X(n, h + kh - 1, w + kw - 1, c) : 0.0
             where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
     }"""
     lane = pick.replace("w + kw - 1 < W)", "w + kw - 1 < W && c > 2)")
+    # other fills, another reduction: each picks its own row of fills
+    ones = pick.replace(": 0.0", ": 1.5")
+    peak = pick.replace("+=!", "max=!").replace(": 0.0", ": -3.0")
     x = np.random.default_rng(0).standard_normal((2, h, w, c)).astype(np.float32)
     x[0, 0, 0, 3], x[1, h - 1, w - 1, 4] = np.nan, np.inf
     padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
     want = sum(padded[:, a:a + h, b:b + w] for a in range(3) for b in range(3))
-    for src, picked in ((pick, True), (lane, False)):
+    for src, picked in ((pick, True), (lane, False), (ones, True), (peak, True)):
         k = polytc.tc(src, options=polytc.Options(parallel_min_points=1))
         assert ("pt_row0" in k.specialize(x).code) == picked
         got = k(x)
         np.testing.assert_allclose(got, reference.run(k.program, [x])["Y"], rtol=1e-5,
                                    atol=1e-5)
-        if picked:
+        if src is pick:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
