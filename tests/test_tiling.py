@@ -1583,3 +1583,18 @@ def test_a_window_point_outside_the_image_reads_a_row_of_its_fill(h, w, c):
                                    atol=1e-5)
         if src is pick:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_short_row_tiles_share_the_columns_of_an_operand_packed_per_call():
+    """128 rows through a 1024 x 1024 operand packed at every call (mlp2), its panels in
+    half of a 32 KiB L1: one tile of all rows, the two cores each packing their half of
+    the columns, not 64 rows a core each packing all of it; 192 rows (96 a core) and a
+    constant operand keep their tiles of rows."""
+    from polytc.machine import Machine
+    from polytc.tiling.sizes import choose_sizes
+
+    two = Machine(32 << 10, 1 << 20, 32 << 20, 64, 32, 2)
+    sizes = choose_sizes(128, 1024, 1024, 4, two, packed=True, per_call=True)
+    assert sizes.cache[:2] == (128, 512)
+    assert choose_sizes(128, 1024, 1024, 4, two, packed=True).cache[0] == 64
+    assert choose_sizes(192, 1024, 1024, 4, two, packed=True, per_call=True).cache[0] == 96

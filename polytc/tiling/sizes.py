@@ -18,6 +18,9 @@ class Sizes:
 #: the most rows of a product whose cores share its columns when the rows would split
 #: unevenly (``choose_sizes``)
 FEW_ROWS = 32
+#: the most rows of a core's tile of a product whose operand is packed at every call
+#: for which the cores share the columns instead, each packing its part (``choose_sizes``)
+SHORT_ROWS = 64
 
 
 def accumulators(m: Machine) -> int:
@@ -195,7 +198,8 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             # had kept the rows shared, each core packing all of it (M x 512 x 512 at 40,
             # 64, 256 rows: 74 -> 52, 89 -> 77, 296 -> 263 us; 64 x 256 x 512 56 -> 38)
             tj2 = min(tj2, _round_up(-(-ext_j // step), nr))
-        if per_call and step > 1 and ti < ext_i and tk * nr * itemsize > m.l1 // 2 and \
+        if per_call and step > 1 and ti < ext_i and \
+                (tk * nr * itemsize > m.l1 // 2 or ti <= SHORT_ROWS) and \
                 tj2 >= nr and ext_j >= step * tj2 and \
                 _busiest(ext_j, tj2, step) <= ext_j / step * 1.06:
             # i's register tiles outside the panels (``Tiler.contraction``): one tile of
@@ -204,7 +208,9 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             # packed Tk x Tj tile as deep as half of L2 holds, so the result block goes
             # through the cores fewer times (Zen 5, A/B in fresh processes: mlp2 0.95,
             # mm_bias_relu 0.97, sgemm 1024^3 0.97; 2048^3 in tiles 2048 x 256 x 512
-            # instead of 1024 x 512 x 128, 0.96-0.98)
+            # instead of 1024 x 512 x 128, 0.96-0.98).  Also where the panels stay in
+            # L1 but a core's tile of rows is short, so that packing all of the operand
+            # for it weighs (mlp2's 64 rows a core: 0.92-0.97x, in-process A/B, Zen 4)
             ti, tj = ext_i, tj2
             tk = _even(ext_k, min(ext_k, max(tk, (m.l2 // 2) // (itemsize * tj))))
         return Sizes((ti, tj, tk), (mr, nr))
