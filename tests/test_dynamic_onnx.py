@@ -414,3 +414,33 @@ def test_a_plan_that_compiled_is_followed_by_a_full_collection(monkeypatch):
     monkeypatch.setattr(session, "COLLECT_AFTER_S", 0.0)
     polytc.onnx.compile(fixed).run(None, ex.example_inputs(fixed, seed=2))
     assert len(calls) == 2
+
+
+def test_a_compile_runs_no_full_collection_and_restores_the_collector(monkeypatch):
+    """While a plan compiles, Python's collector makes no full collection (each
+    traversed every object of the process, tens of milliseconds of a cold compile); its
+    thresholds are the user's again after it, and after a compile that fails."""
+    import gc
+
+    from polytc.graph import plan as plan_module
+
+    seen = []
+    real = plan_module.Plan.__init__
+
+    def recording(self, *a, **k):
+        seen.append(gc.get_threshold())
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(plan_module.Plan, "__init__", recording)
+    before = gc.get_threshold()
+    polytc.onnx.compile(ex.mlp(3, sizes=(16, 24, 8)))
+    assert seen and seen[0][:2] == before[:2] and seen[0][2] >= 1 << 30
+    assert gc.get_threshold() == before
+
+    def failing(self, *a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(plan_module.Plan, "__init__", failing)
+    with pytest.raises((RuntimeError, polytc.InternalError), match="boom"):
+        polytc.onnx.compile(ex.mlp(3, sizes=(16, 20, 8)))
+    assert gc.get_threshold() == before

@@ -2,6 +2,7 @@
 The public module is ``polytc.onnx``; see its docstring and docs/onnx.md."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from dataclasses import dataclass
@@ -23,6 +24,24 @@ MOST_PLANS = 256
 #: a plan whose kernels took this long to build is followed by a full garbage
 #: collection (``plan``)
 COLLECT_AFTER_S = 0.25
+
+
+@contextlib.contextmanager
+def _young_collections():
+    """Python's collector without its full collections while a plan compiles (they
+    come back after; a compile in another thread meanwhile restores them last): each
+    traversed every object of the process, the compile's tens of thousands and all of
+    numpy's, onnx's and islpy's, on the thread that holds the interpreter while the
+    others wait for it to run isl (the collector's time in a cold compile: BERT-2L 43-47
+    -> 26 ms, ResNet-18 46 -> 33 ms, the rest the full collection that ends a long
+    compile, ``Session.plan``, and the young generations', which still collect)."""
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, 1 << 30)
+    try:
+        yield
+    finally:
+        if gc.get_threshold() == (young, middle, 1 << 30):
+            gc.set_threshold(young, middle, old)
 
 
 @dataclass(frozen=True)
@@ -259,9 +278,10 @@ class Session:
                     except PolytcError:  # (a shape the model does not take)
                         pass
             try:
-                p = Plan(self.graph, {v: tuple(shapes[v]) for v in self.graph.inputs},
-                         self.options, self.fuse, self.target, self.native,
-                         self._generaliser, self._generic, self._memory, self.disable)
+                with _young_collections():
+                    p = Plan(self.graph, {v: tuple(shapes[v]) for v in self.graph.inputs},
+                             self.options, self.fuse, self.target, self.native,
+                             self._generaliser, self._generic, self._memory, self.disable)
             except NeedsValue as e:  # a shape decided by data: the model in stages
                 from .staged import Staged
 
