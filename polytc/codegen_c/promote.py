@@ -43,7 +43,8 @@ def _picked_row(sst, printer, it: str, lo: int, width: int, u: int):
     if not isinstance(read, P.Read) or not isinstance(fill, P.Const) or \
             mentions(cond, [it]) or len(lanes) != 1 or \
             printer.vars[lanes[0]].strip("() ") != it or id(read) in sst.guarded or \
-            read.tensor in printer.locals or _lane_stride(read, lanes[0]) != 1:
+            read.tensor in printer.locals or _lane_stride(read, lanes[0]) != 1 or \
+            (read.dtype.is_float and read.dtype.bits < 32):  # (a half's C is its bits)
         return None
     vars, printer.vars = printer.vars, dict(printer.vars, **{lanes[0]: f"{lo}L"})
     try:
