@@ -22,30 +22,31 @@ from .pack import PackPrinter, dim_extent
 _OP = isl.ast_expr_op_type
 
 
-def _picked_row(sst, printer, it: str, lo: int, width: int, u: int):
+def _picked_row(sst, printer, it: str, lo: int, width: int, u: int, slot: str):
     """For a statement ``cond ? X(.., j) : fill`` (or ``cond ? fill : X``) whose
     condition does not depend on the vector loop's iterator ``it`` and whose read is
     unit-stride along it (a window point that may leave the image, the same for every
     lane: a blocked average pooling's): ``(declaration of a row of fills, the pick of
-    the row the lanes read: X's or the fills', the statement reading it)``, so that the
-    loop reads a row without a test; else None.  Tested in the loop, gcc moved the test
-    out by duplicating the window loop's code per branch, the accumulators in memory
-    between them (the small CNN's 3x3 average pool at batch 64: 53 -> 20 us).  The
-    printer substitutes the row for X's read until ``printer.substitute`` is reset."""
+    the row the lanes read: X's or the fills', the statement into ``slot`` reading
+    it)``, so that the loop reads a row without a test; else None.  Tested in the loop,
+    gcc moved the test out by duplicating the window loop's code per branch, the
+    accumulators in memory between them (the small CNN's 3x3 average pool at batch 64:
+    53 -> 20 us)."""
     st, rhs = sst.stmt, sst.stmt.rhs
     if not isinstance(rhs, P.Select) or printer.substitute or \
             type(printer) is not ExprPrinter:  # (C: a GPU's printer has no ``static``)
         return None
-    read, fill, cond = rhs.then, rhs.other, printer.expr(rhs.cond)
+    read, fill, negate = rhs.then, rhs.other, False
     if isinstance(read, P.Const):
-        read, fill, cond = fill, read, f"!{cond}"
+        read, fill, negate = fill, read, True
     lanes = [v for v, x in printer.vars.items() if mentions(x, [it])]
     if not isinstance(read, P.Read) or not isinstance(fill, P.Const) or \
-            mentions(cond, [it]) or len(lanes) != 1 or \
-            printer.vars[lanes[0]].strip("() ") != it or id(read) in sst.guarded or \
+            len(lanes) != 1 or printer.vars[lanes[0]].strip("() ") != it or \
+            lanes[0] in P.index_names(rhs.cond) or id(read) in sst.guarded or \
             read.tensor in printer.locals or _lane_stride(read, lanes[0]) != 1 or \
             (read.dtype.is_float and read.dtype.bits < 32):  # (a half's C is its bits)
         return None
+    cond = printer.expr(rhs.cond)
     vars, printer.vars = printer.vars, dict(printer.vars, **{lanes[0]: f"{lo}L"})
     try:
         first = printer.read(read)
@@ -54,9 +55,14 @@ def _picked_row(sst, printer, it: str, lo: int, width: int, u: int):
     ct = read.dtype.c_name
     value = printer.literal(fill.value, fill.dtype)
     fills = f"static const {ct} pt_fill{u}[{width}] = {{{', '.join([value] * width)}}}"
-    pick = f"const {ct} *restrict pt_row{u} = ({cond}) ? &{first} : pt_fill{u}"
+    pick = f"const {ct} *restrict pt_row{u} = ({'!' if negate else ''}{cond}) ? " \
+        f"&{first} : pt_fill{u}"
     printer.substitute = {read.tensor: f"pt_row{u}[{it} - {lo}L]"}
-    return fills, pick, replace(sst, stmt=replace(st, rhs=read))
+    try:
+        code = statement_code(replace(sst, stmt=replace(st, rhs=read)), printer, slot)
+    finally:
+        printer.substitute = {}
+    return fills, pick, code
 
 
 class Promotion:
@@ -327,15 +333,14 @@ class Promotion:
             decls.append(c.Statement(f"{ct} {acc}[{hi - lo + 1}]"))
             simd = self.em.simd_loop
             pro += simd(header, c.Statement(f"{slot} = {start}"))
-            picked = _picked_row(sst, printer, it, lo, hi - lo + 1, u)
+            picked = _picked_row(sst, printer, it, lo, hi - lo + 1, u, slot)
             if picked is not None:  # the window point's row, or a row of its fill
-                fill, pick, sst = picked
+                fill, pick, code = picked
                 decls.append(c.Statement(fill))
                 body.append(c.Statement(pick))
-            code = statement_code(sst, printer, slot).rstrip(";")
-            if picked is not None:
-                printer.substitute = {}
-            body += simd(header, c.Statement(code))
+            else:
+                code = statement_code(sst, printer, slot)
+            body += simd(header, c.Statement(code.rstrip(";")))
             epi += simd(header, c.Statement(f"{target} = {slot}"))
         if unroll is not None:
             return [c.Block(decls + pro + body + epi + post)]
