@@ -39,7 +39,8 @@ def _accumulators(registers: int) -> int:
 
 
 def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
-                 cores: int | None = None, per_call: bool = False) -> Sizes:
+                 cores: int | None = None, per_call: bool = False,
+                 symbolic_rows: bool = False) -> Sizes:
     """Register tile from the vector registers, cache tiles from L1/L2.  ``cores``: how
     many ways the ``i`` tiles are shared (default: the machine's cores; 1 when loops
     outside the contraction, a batch, keep the cores busy already).  ``per_call``: the
@@ -59,7 +60,9 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
     from L2 instead (a deep ``Tk``), ``i``'s register tiles run outside them and read
     ``MR`` rows of the broadcast operand at a time however tall ``Ti`` is: there an
     operand packed at every call is packed once, by the cores sharing the ``j`` tiles,
-    rather than once per tile of rows by each core."""
+    rather than once per tile of rows by each core.  ``symbolic_rows``: ``ext_i`` is
+    the cost model's count for a symbolic size (``extents.GENERIC``), whose divisors
+    say nothing of the rows a call brings."""
     lanes = m.lanes(itemsize)
     nvec = _vectors(m)
     acc = accumulators(m)
@@ -147,7 +150,10 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
             mr = next((r for r in (8, 4, *range(min(16, acc // nv), 1, -1))
                        if ti % r == 0 and 8 < r * nv <= acc), mr)
         elif cores == 1 and ti % mr and ti % 8 == 0 and nr == 4 * lanes and \
-                ext_j % (2 * lanes) == 0 and ext_k <= 256 and acc >= 16:
+                ext_j % (2 * lanes) == 0 and ext_k <= 256 and acc >= 16 and \
+                not symbolic_rows:  # (whose count says nothing of a call's rows: a
+            # transformer layer with a symbolic sequence length took 4 x 4 tiles, 1.27x
+            # its specialised twin at 17 rows a sequence, 1.09x with 6 x 4)
             # a product per batch element (loops around keep the cores busy) whose rows
             # 6 leave partial and 8 divide, over a short reduction: 4 rows of 4 vectors
             # where they divide the columns (in the j tiles of 8 x 2), their panel as
@@ -268,7 +274,7 @@ def choose_sizes(ext_i, ext_j, ext_k, itemsize, m: Machine, packed=False,
 
 
 def generic_rows(mr: int, nr: int, tk: int, ext_j: int, ext_k: int, itemsize: int,
-                 m: Machine, per_call: bool = False) -> tuple:
+                 m: Machine, per_call: bool = False, packed_once: bool = False) -> tuple:
     """``(Ti, Tj, Tk)`` of a contraction whose rows are symbolic (a dynamic batch): the
     ``j`` tiles shared by the cores (up to 8 panels each), so that a single row keeps
     every core busy (rows shared would leave all but one idle below ``Ti`` rows), and up
@@ -277,7 +283,8 @@ def generic_rows(mr: int, nr: int, tk: int, ext_j: int, ext_k: int, itemsize: in
     tile of rows packs again, is packed as deep as half of L2 holds a core's ``Tk x Tj``
     part of it: fewer reduction tiles, each loading and storing the accumulators (a
     generic M x 512 x 512 product, Tk 128 -> 512: over the kernel made for M rows 1.13 ->
-    0.86 at 64 rows, 1.14 -> 0.96 at 256, 1.09 -> 1.06 at 1000)."""
+    0.86 at 64 rows, 1.14 -> 0.96 at 256, 1.09 -> 1.06 at 1000); one packed before the
+    first call (``packed_once``) in panels as deep as a quarter of L2 holds."""
     # (8 panels of the widest register tile: as many columns for a narrower one, a few
     # rows' variant, ``codegen_c/fewrows.py``, whose 784 columns in tiles of 256 had
     # split 512 + 272)
@@ -285,6 +292,15 @@ def generic_rows(mr: int, nr: int, tk: int, ext_j: int, ext_k: int, itemsize: in
     tj = max(nr, min(8 * max(nr, widest), _round_up(-(-ext_j // m.cores), nr)))
     if per_call:
         tk = _even(ext_k, min(ext_k, max(tk, (m.l2 // 2) // (itemsize * tj))))
+    elif packed_once:
+        # an operand packed before the first call (weights): panels as deep as a quarter
+        # of L2 holds, as for one or two register tiles of known rows (``choose_sizes``):
+        # a call of a few rows (a small batch, a short sequence) would load and store its
+        # accumulators at every shallow step, and many rows read the panels from L2 as
+        # fast (a generic MLP's 784 -> 512 layer, Tk 56 -> 784, over the kernels made
+        # for 4, 8, 16, 64, 256 and 1000 rows: 1.11, 1.24, 1.22, 1.08, 1.02, 1.02 ->
+        # 1.00, 1.09, 1.02, 0.92, 0.91, 1.00; in-process, interleaved)
+        tk = _even(ext_k, min(ext_k, max(tk, (m.l2 // 4) // (itemsize * nr))))
     ti = mr * max(1, min(16, (m.l2 // 2) // (itemsize * tk * mr)))
     return ti, tj, tk
 

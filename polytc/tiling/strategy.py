@@ -365,7 +365,8 @@ class Tiler:
         itemsize = sst.stmt.rhs.dtype.np_dtype.itemsize
         per_call = operand is not None and operand.tensor not in self.constants
         sz = choose_sizes(ext[len(outer)] if lead else 1, ext[p_red - 1], ext[p_red + k_big],
-                          itemsize, self.machine, operand is not None, cores, per_call)
+                          itemsize, self.machine, operand is not None, cores, per_call,
+                          bool(lead) and self.symbolic(sst, vars_[i]))
         if strided and lead:
             rest = math.prod(ext[p_red + r] for r in range(len(red)) if r != k_big)
             sz = _strided_sizes(sz, ext[len(outer)], ext[p_red - 1], ext[p_red + k_big],
@@ -380,7 +381,8 @@ class Tiler:
         sym = [self.symbolic(sst, vars_[m]) for m in order]
         if lead and sym[len(outer)] and not sym[p_red - 1] and not self.options.tile:
             ti, tj, tk = generic_rows(mr, nr, tk, ext[p_red - 1], ext[p_red + k_big],
-                                      itemsize, self.machine, per_call)
+                                      itemsize, self.machine, per_call,
+                                      operand is not None and not per_call)
         tj = _round_up(tj, nr)
         if operand is None:  # packed: Ti divides i evenly (full cache tiles, one loop)
             ti = _round_up(ti, mr)
