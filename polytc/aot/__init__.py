@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen_c.compiler import _cc, default_flags
+from ..codegen_c.compiler import FAST_LINK, _cc, default_flags
 from ..diagnostics import CompilationError, ModelError, PolytcError, UnsupportedError
 from ..runtime.executor import CALL, fill_word
 from ..runtime.memory import MOST_BYTES
@@ -251,7 +251,9 @@ def make(directory) -> None:
 
 
 def _makefile(kernels: int) -> str:
-    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC", "-lm", "-lmvec")]
+    # (an exported library is linked as usual: against libc, for programs of any kind)
+    flags = [f for f in default_flags()
+             if f not in ("-shared", "-fPIC", "-lm", "-lmvec", *FAST_LINK)]
     libs = [f for f in default_flags() if f in ("-lmvec", "-lm")]
     objs = " ".join(["model.o", "weights.o"] + [f"kernel_{u}.o" for u in range(kernels)])
     return f"""# Builds the model exported by polytc: make (the library and run_model), make clean.
