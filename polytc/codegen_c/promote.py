@@ -186,6 +186,50 @@ class Promotion:
         bounds) and stored only up to the bound (``Row.guard``)."""
         count = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
         body = mark.mark_get_node()
+        batch = self._batch(body)
+        if batch is not None:  # a register tile across a batch's loop and the rows'
+            it, values, body = batch  # (``Tiler.contraction``: ``span``): each row of
+            guard = None  # the rows' loop once per value
+            if body.get_type() == isl.ast_node_type.if_:  # (whether the tile has a row:
+                guard, body = isl_expr(body.if_get_cond()), body.if_get_then_node()
+                if mentions(guard, [it]):  # its test, the same for the whole batch)
+                    return None
+            items = self._rows_in(body, count, loops)
+            if items is None:
+                return None
+            if guard is not None:
+                self.first_row = guard if self.first_row is None else \
+                    f"({guard}) && ({self.first_row})"
+
+            def spread(rows):
+                return [r._replace(at={**r.at, it: f"{v}L"}) for v in values for r in rows]
+            self.counts = [(t, spread(rows)) for t, rows in self.counts]
+            return spread(items)
+        return self._rows_in(body, count, loops)
+
+    def _batch(self, node):
+        """``(iterator, values, the rows' loop)`` where ``node`` is a batch's loop around
+        the rows' loop: a loop of constant bounds, or isl's block of its iterations, one
+        loop of one iteration each, around the same loop of rows; else None."""
+        T = isl.ast_node_type
+        loops = _children(node)
+        if not all(lp.get_type() == T.for_ for lp in loops):
+            return None
+        its = {self.em.for_header(lp)[0] for lp in loops}
+        bounds = [_const_bounds(lp) for lp in loops]
+        inner = loops[0].for_get_body()
+        if len(its) != 1 or any(lo is None for lo, _ in bounds) or \
+                inner.get_type() not in (T.for_, T.if_) or (len(loops) > 1 and any(
+                    lo != hi for lo, hi in bounds)):
+            return None
+        if inner.get_type() == T.if_ and (inner.if_has_else_node() or
+                                           inner.if_get_then_node().get_type() != T.for_):
+            return None
+        values = [v for lo, hi in bounds for v in range(lo, hi + 1)]
+        return its.pop(), values, inner
+
+    def _rows_in(self, body, count: int, loops):
+        """The rows of the loop ``body`` of a register tile of ``count`` rows (``_rows``)."""
         if body.get_type() != isl.ast_node_type.for_:  # one row: isl dropped the loop
             return self._items(_children(body))
         rows = body.for_get_body()

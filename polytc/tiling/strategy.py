@@ -30,6 +30,9 @@ from .transpose import transpose_tiles
 from .sizes import (Sizes, _round_up, _strided_sizes, all_rows, choose_sizes, generic_rows,
                     loose_tiles)
 
+#: the most elements of a constant batch that a register tile of symbolic rows spans
+SPAN_MOST = 4
+
 
 class Tiler:
     def __init__(self, scop, options, machine: Machine, pack: bool = False, validity=None,
@@ -401,6 +404,17 @@ class Tiler:
         if operand is not None:  # whole panels: a partial one is padded, not cut
             cache[p_red - 1] = min(tj, _round_up(ext[p_red - 1], nr))
         reg = [1] * len(outer) + ([mr] if lead else []) + [nr] + [1] * len(red)
+        # a constant batch of a few around symbolic rows, over a constant operand (two
+        # sequences of a symbolic length through a projection's weights): the register
+        # tile spans the batch too, its rows those of every batch element, so that one
+        # pass over the operand serves them all (at a length of 1 each thread had run
+        # its sequence's one row against all of the weights)
+        span = bool(lead) and sym[len(outer)] and len(outer) == 1 and not sym[0] and \
+            2 <= ext[0] <= SPAN_MOST and operand is not None and not per_call and \
+            not strided and not self.options.register_tile
+        if span:
+            cache[0] = reg[0] = ext[0]
+            reg[1] = max(1, mr // ext[0])
         reg = [min(r, c) for r, c in zip(reg, cache)]
         packed = operand is not None and reg[p_red - 1] == nr and cache[p_red - 1] % nr == 0
         # j's register tiles outside i's when the packed operand's micro-panel (Tk x NR)
@@ -449,10 +463,15 @@ class Tiler:
         regn = regn.band_split(p_red).child(0)  # the reduction loops of a register tile
         regn = T.mark(regn, "promote")
         inner = regn.child(0)  # (outer_r..., [ir,] jr, red_r...): only ir and jr are loops
-        if outer:
+        if span:  # the batch's loop and the rows' under one mark (``Promotion._rows``)
+            inner = inner.band_split(1)
+            name = f"rows:{inner.get_schedule_depth()}:{reg[1]}"
+            inner = inner.insert_mark(isl.Id(name, context=inner.get_ctx())).child(0)
+            inner = inner.child(0).band_split(1).child(0)
+        elif outer:
             inner = inner.band_split(len(outer)).child(0)
-        if lead:  # the rows: a loop the code generator unrolls (isl's unrolling took
-            # half of its AST time: ResNet-18's 21 groups 1.4 -> 0.7 s)
+        if lead and not span:  # the rows: a loop the code generator unrolls (isl's
+            # unrolling took half of its AST time: ResNet-18's 21 groups 1.4 -> 0.7 s)
             inner = inner.band_split(1)
             name = f"rows:{inner.get_schedule_depth()}:{reg[len(outer)]}"
             inner = inner.insert_mark(isl.Id(name, context=inner.get_ctx())).child(0)
