@@ -219,9 +219,10 @@ class Promotion:
         bounds = [_const_bounds(lp) for lp in loops]
         inner = loops[0].for_get_body()
         if len(its) != 1 or any(lo is None for lo, _ in bounds) or \
-                inner.get_type() not in (T.for_, T.if_) or (len(loops) > 1 and any(
-                    lo != hi for lo, hi in bounds)):
-            return None
+                inner.get_type() not in (T.for_, T.if_) or (len(loops) > 1 and (any(
+                    lo != hi for lo, hi in bounds) or len({lp.for_get_body().to_C_str()
+                                                           for lp in loops}) != 1)):
+            return None  # (the iterations' loops of rows alike, but for the iterator)
         if inner.get_type() == T.if_ and (inner.if_has_else_node() or
                                            inner.if_get_then_node().get_type() != T.for_):
             return None
