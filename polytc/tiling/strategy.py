@@ -405,7 +405,7 @@ class Tiler:
         reg = [1] * len(outer) + ([mr] if lead else []) + [nr] + [1] * len(red)
         # a constant batch of a few around symbolic rows over a constant operand (two
         # sequences through weights): the register tile spans the batch, one pass over
-        # the operand for all (at a length of 1 each sequence's row had taken one: 1.48x)
+        # the operand for all (a pass per sequence had run length 1 at 1.48x specialised)
         span = bool(lead) and sym[len(outer)] and len(outer) == 1 and not sym[0] and \
             2 <= ext[0] <= SPAN_MOST and operand is not None and not per_call and \
             not strided and not self.options.register_tile
