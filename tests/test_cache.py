@@ -5,6 +5,7 @@ import ctypes
 import json
 import math
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -168,6 +169,8 @@ def test_compiler_identity_and_flags():
     for f in ("-O2", "-fPIC", "-shared", "-lm"):
         assert f in flags
     assert "-ffast-math" not in flags
+    if os.path.basename(compiler._cc()[0]) == "gcc" and platform.machine() == "x86_64":
+        assert "-fno-schedule-insns2" in flags  # (out-of-order cores: gcc's CPU -7%)
 
 
 def test_kernels_link_without_the_c_librarys_script_where_they_load(monkeypatch):

@@ -184,9 +184,9 @@ class Promotion:
         outer loops (a partial tile: ``c13 <= min(7, 104 - c6)``) gives ``MR`` rows, each
         at ``min(row, bound)`` (the last row again past the bound: every access stays in
         bounds) and stored only up to the bound (``Row.guard``)."""
-        count = int(mark.mark_get_id().get_name().rsplit(":", 1)[1])
-        body = mark.mark_get_node()
-        batch = self._batch(body)
+        _, _, count, *span = mark.mark_get_id().get_name().split(":")
+        count, body = int(count), mark.mark_get_node()
+        batch = self._batch(body) if span else None
         if batch is not None:  # a register tile across a batch's loop and the rows'
             it, values, body = batch  # (``Tiler.contraction``: ``span``): each row of
             guard = None  # the rows' loop once per value
@@ -208,9 +208,10 @@ class Promotion:
         return self._rows_in(body, count, loops)
 
     def _batch(self, node):
-        """``(iterator, values, the rows' loop)`` where ``node`` is a batch's loop around
-        the rows' loop: a loop of constant bounds, or isl's block of its iterations, one
-        loop of one iteration each, around the same loop of rows; else None."""
+        """``(iterator, values, the rows' loop)`` where ``node``, under a ``rows:..:span``
+        mark, is a batch's loop around the rows' loop: a loop of constant bounds, or
+        isl's block of its iterations, one loop of one iteration each, around the same
+        loop of rows; else None."""
         T = isl.ast_node_type
         loops = _children(node)
         if not all(lp.get_type() == T.for_ for lp in loops):

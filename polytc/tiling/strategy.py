@@ -462,7 +462,7 @@ class Tiler:
         inner = regn.child(0)  # (outer_r..., [ir,] jr, red_r...): only ir and jr are loops
         if span:  # the batch's loop and the rows' under one mark (``Promotion._rows``)
             inner = inner.band_split(1)
-            name = f"rows:{inner.get_schedule_depth()}:{reg[1]}"
+            name = f"rows:{inner.get_schedule_depth()}:{reg[1]}:span"
             inner = inner.insert_mark(isl.Id(name, context=inner.get_ctx())).child(0)
             inner = inner.child(0).band_split(1).child(0)
         elif outer:
